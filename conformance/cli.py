@@ -1,0 +1,50 @@
+"""The `vtwin` command line.
+
+Each area of the project owns its subcommands: a module with a ``register(subparsers)`` function
+adds its parser and sets ``handler`` on it. The handler returns the process exit code. Errors a
+user can cause (bad files, unknown names) are raised as `UserError` and printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from conformance.errors import UserError
+
+# Modules that contribute subcommands, in the order they appear in `vtwin --help`.
+SUBCOMMAND_MODULES: tuple[str, ...] = ("workloads.cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vtwin",
+        description="A clean-room twin of vLLM V1's scheduler and KV cache, and its harness.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(module_name)
+        register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+        register = module.register
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except UserError as err:
+        print(f"vtwin: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Lockstep differential testing of the KV-cache manager: impl and upstream, same operations."""

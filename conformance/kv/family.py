@@ -1,0 +1,67 @@
+"""A KV-cache configuration family: the shape of the cache both systems are built with."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    """One KV-cache group: kind is full | sliding_window | chunked_local | mamba."""
+
+    kind: str
+    block_size: int
+    window: int = 0  # sliding window or attention chunk size
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("full", "sliding_window", "chunked_local", "mamba"):
+            raise ValueError(f"kind: unknown group kind {self.kind!r}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size: must be >= 1 (got {self.block_size})")
+
+
+@dataclass(frozen=True, slots=True)
+class KVFamily:
+    name: str
+    groups: tuple[GroupShape, ...]
+    num_blocks: int
+    enable_caching: bool = True
+    hash_algo: str = "sha256"
+    hash_block_size: int | None = None
+    max_model_len: int = 4096
+
+    @property
+    def scheduler_block_size(self) -> int:
+        return math.lcm(*(g.block_size for g in self.groups))
+
+    @property
+    def effective_hash_block_size(self) -> int:
+        if self.hash_block_size is not None:
+            return self.hash_block_size
+        if len(self.groups) == 1:
+            return self.groups[0].block_size
+        return math.gcd(*(g.block_size for g in self.groups))
+
+
+FAMILIES: tuple[KVFamily, ...] = (
+    KVFamily("full_bs16", (GroupShape("full", 16),), num_blocks=24),
+    KVFamily("full_bs32", (GroupShape("full", 32),), num_blocks=16),
+    KVFamily("full_no_prefix_cache", (GroupShape("full", 16),), num_blocks=24,
+             enable_caching=False),
+    KVFamily("full_sliding_window", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)),
+             num_blocks=40),
+    KVFamily("full_chunked_local", (GroupShape("full", 16), GroupShape("chunked_local", 16, 64)),
+             num_blocks=40),
+    KVFamily("full_mamba", (GroupShape("full", 16), GroupShape("mamba", 16)), num_blocks=40),
+    # Hashes at 16 tokens, full-attention blocks of 32: a group block holds two hash blocks.
+    KVFamily("hash_block_smaller", (GroupShape("full", 32), GroupShape("sliding_window", 16, 48)),
+             num_blocks=40),
+)
+
+
+def family_by_name(name: str) -> KVFamily:
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise ValueError(f"family: unknown KV family {name!r}")

@@ -1,0 +1,156 @@
+"""A Hypothesis state machine that drives two `KVSystem`s with the same scheduler-like operations.
+
+Operations mirror how a scheduler uses the KV-cache manager: admit a waiting request (prefix
+lookup, then allocation of its first chunk), run a running request one more chunk or one decode
+token (with spec-decode lookahead), finish or preempt a request, reset the prefix cache. After
+every operation both systems' return values and full snapshots must agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from conformance.kv.family import KVFamily
+from conformance.kv.systems import KVSystem
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    request_id: str
+    num_tokens: int
+    num_computed: int = 0
+    running: bool = False
+    outputs: list[int] = field(default_factory=list)
+
+
+def shared_prefixes(block_size: int) -> list[list[int]]:
+    """A few prompt prefixes, block-aligned and not, that requests share."""
+    return [
+        [],
+        [1000 + i for i in range(block_size * 2)],
+        [2000 + i for i in range(block_size * 3 + block_size // 2)],
+        [3000 + i for i in range(block_size * 5)],
+    ]
+
+
+def decode_token(request_id: str, position: int) -> int:
+    return (int(request_id[1:]) * 31 + position * 7) % 97
+
+
+class KVLockstepMachine(RuleBasedStateMachine):
+    family: KVFamily
+
+    def __init__(self) -> None:
+        super().__init__()
+        from impl.core.hashing import make_none_hash
+
+        none_hash = make_none_hash(self.family.hash_algo, "0")
+        self.left: KVSystem = self.make_left(none_hash)
+        self.right: KVSystem = self.make_right(none_hash)
+        self.requests: dict[str, ModelRequest] = {}
+        self.next_id = 0
+        self.prefixes = shared_prefixes(self.family.groups[0].block_size)
+
+    def make_left(self, none_hash: bytes) -> KVSystem:
+        raise NotImplementedError
+
+    def make_right(self, none_hash: bytes) -> KVSystem:
+        raise NotImplementedError
+
+    def both(self, op: str, *args: Any) -> Any:
+        left = getattr(self.left, op)(*args)
+        right = getattr(self.right, op)(*args)
+        assert left == right, f"{op}{args}: impl returned {left}, upstream returned {right}"
+        return left
+
+    def _pick(self, data: st.DataObject, running: bool) -> ModelRequest:
+        ids = sorted(rid for rid, r in self.requests.items() if r.running == running)
+        return self.requests[data.draw(st.sampled_from(ids), label="request")]
+
+    def _has(self, running: bool) -> bool:
+        return any(r.running == running for r in self.requests.values())
+
+    # -- rules ---------------------------------------------------------------------------
+    @precondition(lambda self: len(self.requests) < 12)
+    @rule(prefix=st.integers(0, 3), suffix=st.lists(st.integers(0, 40), max_size=40),
+          salt=st.sampled_from([None, None, None, "s1"]),
+          lora=st.sampled_from([None, None, None, "adapter"]))
+    def add_request(self, prefix: int, suffix: list[int], salt: str | None,
+                    lora: str | None) -> None:
+        tokens = self.prefixes[prefix] + suffix
+        if not tokens:
+            tokens = [7]
+        request_id = f"r{self.next_id}"
+        self.next_id += 1
+        note(f"add {request_id}: {len(tokens)} tokens (prefix {prefix}, salt {salt}, lora {lora})")
+        self.both("add_request", request_id, tokens, salt, lora)
+        self.requests[request_id] = ModelRequest(request_id, len(tokens))
+
+    @precondition(lambda self: self._has(running=False))
+    @rule(data=st.data(), chunk=st.integers(1, 80), lookahead=st.sampled_from([0, 0, 0, 2]))
+    def admit(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
+        request = self._pick(data, running=False)
+        hit = self.both("get_computed_blocks", request.request_id)
+        num_new = min(chunk, request.num_tokens - hit.num_tokens)
+        note(f"admit {request.request_id}: hit {hit.num_tokens}, new {num_new}, "
+             f"lookahead {lookahead}")
+        result = self.both("allocate_slots", request.request_id, num_new, lookahead, True)
+        if result is not None:
+            request.num_computed = hit.num_tokens + num_new
+            request.running = True
+            self.both("set_num_computed_tokens", request.request_id, request.num_computed)
+
+    @precondition(lambda self: self._has(running=True))
+    @rule(data=st.data(), chunk=st.integers(1, 64), lookahead=st.sampled_from([0, 0, 0, 2]))
+    def run_step(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
+        request = self._pick(data, running=True)
+        if request.num_computed >= request.num_tokens:  # decode: sample one token first
+            token = decode_token(request.request_id, request.num_tokens)
+            self.both("append_token", request.request_id, token)
+            request.num_tokens += 1
+        num_new = min(chunk, request.num_tokens - request.num_computed)
+        note(f"step {request.request_id}: computed {request.num_computed}, new {num_new}, "
+             f"lookahead {lookahead}")
+        result = self.both("allocate_slots", request.request_id, num_new, lookahead, False)
+        if result is None:
+            note(f"preempt {request.request_id} (no room)")
+            self._free(request, preempted=True)
+        else:
+            request.num_computed += num_new
+            self.both("set_num_computed_tokens", request.request_id, request.num_computed)
+
+    @precondition(lambda self: self._has(running=True))
+    @rule(data=st.data(), preempted=st.booleans())
+    def finish(self, data: st.DataObject, preempted: bool) -> None:
+        request = self._pick(data, running=True)
+        note(f"{'preempt' if preempted else 'finish'} {request.request_id}")
+        self._free(request, preempted)
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        note("reset_prefix_cache")
+        self.both("reset_prefix_cache")
+
+    def _free(self, request: ModelRequest, preempted: bool) -> None:
+        self.both("free", request.request_id, preempted)
+        if preempted:
+            request.running = False
+            request.num_computed = 0
+            self.both("set_num_computed_tokens", request.request_id, 0)
+        else:
+            del self.requests[request.request_id]
+
+    # -- agreement ------------------------------------------------------------------------
+    @invariant()
+    def systems_agree(self) -> None:
+        self.left.check_integrity()
+        self.right.check_integrity()
+        left, right = self.left.snapshot(), self.right.snapshot()
+        for name in left.__slots__:
+            a, b = getattr(left, name), getattr(right, name)
+            assert a == b, f"{name} differs:\n  impl:     {a}\n  upstream: {b}"

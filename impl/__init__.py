@@ -1,0 +1,4 @@
+"""vtwin's twin of vLLM V1: KV-cache core, scheduler and model runner.
+
+Our own code, written from vLLM's documented and observed behaviour. It never imports vllm.
+"""

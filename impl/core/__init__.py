@@ -1,0 +1,1 @@
+"""KV-cache core: blocks, free queue, hashing, block pool, managers, coordinators."""

@@ -1,0 +1,232 @@
+"""`BlockPool`: every physical block, the free queue and the prefix-cache index.
+
+A block is always in exactly one of four states (checked by `check_integrity`):
+null (block 0, a placeholder for skipped positions, never freed or cached), in use
+(ref_cnt > 0), cached-and-free (ref_cnt == 0 with a hash: in the free queue *and* the index),
+empty-and-free (ref_cnt == 0, no hash). `get_num_free_blocks` counts both free kinds: cached
+content is evictable, so for allocation it is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from impl.core.block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from impl.core.hash_map import BlockHashToBlockMap
+
+
+class BlockPool:
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        enable_kv_cache_events: bool = False,
+    ) -> None:
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1 (got {num_gpu_blocks})")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.blocks = [KVCacheBlock(block_id) for block_id in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        # Block 0 is the null block: it stands for positions a request no longer needs (outside
+        # a sliding window, say), so block tables keep their shape without holding memory.
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self._hash_maps: dict[int, BlockHashToBlockMap] = {}
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.kv_event_queue: list[KVCacheEvent] = []
+
+    # -- prefix-cache lookups -------------------------------------------------------------
+    def hash_map(self, group_id: int) -> BlockHashToBlockMap:
+        hash_map = self._hash_maps.get(group_id)
+        if hash_map is None:
+            hash_map = self._hash_maps[group_id] = BlockHashToBlockMap()
+        return hash_map
+
+    def get_cached_block(
+        self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
+    ) -> list[KVCacheBlock] | None:
+        """One cached block per group for `block_hash`, or None if any group misses."""
+        found = []
+        for group_id in kv_cache_group_ids:
+            hash_map = self._hash_maps.get(group_id)
+            block = hash_map.get_one_block(block_hash) if hash_map is not None else None
+            if block is None:
+                return None
+            found.append(block)
+        return found
+
+    def cache_full_blocks(
+        self,
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[BlockHash],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        group_id: int,
+        *,
+        block_size: int,
+        token_ids: Sequence[int] = (),
+        lora_name: str | None = None,
+    ) -> None:
+        """Index blocks[num_cached_blocks:num_full_blocks] under their hashes.
+
+        `block_hashes[i]` is the hash of block i at this group's block size. Null blocks (skipped
+        positions) are not cached. `token_ids` (the request's tokens) only feeds events.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        hash_map = self.hash_map(group_id)
+        stored: list[BlockHash] = []
+        for index in range(num_cached_blocks, num_full_blocks):
+            block = blocks[index]
+            if block.is_null:
+                continue
+            block_hash = block_hashes[index]
+            block.block_hash = block_hash
+            block.hash_group_id = group_id
+            hash_map.insert(block_hash, block)
+            stored.append(block_hash)
+        if self.enable_kv_cache_events and stored:
+            parent = block_hashes[num_cached_blocks - 1] if num_cached_blocks > 0 else None
+            start, end = num_cached_blocks * block_size, num_full_blocks * block_size
+            self.kv_event_queue.append(
+                BlockStored(
+                    block_hashes=tuple(stored),
+                    parent_block_hash=parent,
+                    token_ids=tuple(token_ids[start:end]),
+                    block_size=block_size,
+                    lora_name=lora_name,
+                    group_id=group_id,
+                )
+            )
+
+    # -- allocation -----------------------------------------------------------------------
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop `num_blocks` from the head of the free queue, evicting cached content."""
+        if num_blocks > self.free_block_queue.num_free_blocks:
+            raise ValueError(
+                f"Cannot get {num_blocks} free blocks from the pool "
+                f"({self.free_block_queue.num_free_blocks} free)"
+            )
+        blocks = self.free_block_queue.popleft_n(num_blocks)
+        if self.enable_caching:
+            evict = self._maybe_evict_cached_block
+            for block in blocks:
+                if block.block_hash is not None:
+                    evict(block)
+                block.ref_cnt = 1
+        else:
+            for block in blocks:
+                block.ref_cnt = 1
+        return blocks
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        block_hash = block.block_hash
+        if block_hash is None:
+            return False
+        group_id = block.hash_group_id
+        block.reset_hash()
+        hash_map = self._hash_maps.get(group_id)
+        if hash_map is None or hash_map.pop(block_hash, block.block_id) is None:
+            return False
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockRemoved(block_hashes=(block_hash,), group_id=group_id))
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
+        remove = self.free_block_queue.remove
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference from each block; blocks reaching zero become free.
+
+        `ordered_blocks` is in eviction-preference order (callers pass a request's blocks tail
+        first). Freed blocks that carry a hash go to the tail of the free queue; blocks without
+        a hash hold nothing worth keeping and go to the front, to be reused first.
+        """
+        unhashed: list[KVCacheBlock] = []
+        append = self.free_block_queue.append
+        for block in ordered_blocks:
+            if block.is_null:
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if block.block_hash is None:
+                    unhashed.append(block)
+                else:
+                    append(block)
+        if unhashed:
+            self.free_block_queue.prepend_n(unhashed)
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop the cached content of the given blocks (they stay where they are)."""
+        for block_id in block_ids:
+            self._maybe_evict_cached_block(self.blocks[block_id])
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; refused (False) while any block is in use."""
+        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks()
+        if num_used_blocks != 1:  # only the null block may be in use
+            return False
+        self._hash_maps.clear()
+        for block in self.blocks:
+            block.reset_hash()
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    # -- statistics -----------------------------------------------------------------------
+    def get_num_free_blocks(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
+    def get_num_cached_blocks(self) -> int:
+        return sum(len(hash_map) for hash_map in self._hash_maps.values())
+
+    def get_usage(self) -> float:
+        usable = self.num_gpu_blocks - 1
+        if usable <= 0:
+            return 0.0
+        return 1.0 - self.get_num_free_blocks() / usable
+
+    def take_events(self) -> list[KVCacheEvent]:
+        events, self.kv_event_queue = self.kv_event_queue, []
+        return events
+
+    def cached_hashes(self) -> set[tuple[int, BlockHash]]:
+        return {(g, h) for g, m in self._hash_maps.items() for h in m.hashes()}
+
+    def check_integrity(self, holders: dict[int, int] | None = None) -> None:
+        """Assert the four-state invariant; `holders` (block id -> holder count) checks refs."""
+        self.free_block_queue.check_integrity()
+        free_ids = set(self.free_block_queue.block_ids())
+        assert len(free_ids) == self.free_block_queue.num_free_blocks
+        assert self.null_block.block_id == 0 and self.null_block.is_null
+        assert 0 not in free_ids, "the null block is free"
+        indexed: dict[int, tuple[int, BlockHash]] = {}
+        for group_id, hash_map in self._hash_maps.items():
+            for block_hash, block in hash_map.items():
+                assert block.block_hash == block_hash and block.hash_group_id == group_id, (
+                    f"index entry {block_hash.hex()[:8]}/g{group_id} points at {block}"
+                )
+                assert block.block_id not in indexed, f"{block} is indexed twice"
+                indexed[block.block_id] = (group_id, block_hash)
+        for block in self.blocks[1:]:
+            assert not block.is_null
+            if block.block_id in free_ids:
+                assert block.ref_cnt == 0, f"free {block} has references"
+            else:
+                assert block.ref_cnt > 0, f"{block} is neither free nor in use"
+            if block.block_hash is not None:
+                assert block.block_id in indexed, f"{block} has a hash but is not indexed"
+            if holders is not None:
+                expected = holders.get(block.block_id, 0)
+                assert block.ref_cnt == expected, (
+                    f"{block}: ref_cnt {block.ref_cnt} != {expected} holders"
+                )

@@ -1,0 +1,226 @@
+"""KV-cache coordinators: fan a request's allocation out to one manager per KV-cache group.
+
+Three kinds, picked by `get_kv_cache_coordinator`: no prefix cache (any number of groups),
+unitary (one group: its manager finds the hit), hybrid (several attention types: each type
+may shorten the candidate hit until all agree, a fixed point).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from impl.core.block import KVCacheBlock
+from impl.core.block_pool import BlockPool
+from impl.core.chunked_local import ChunkedLocalAttentionManager
+from impl.core.full_attention import FullAttentionManager
+from impl.core.hashing import hashes_at_block_size
+from impl.core.mamba import MambaManager
+from impl.core.single_type_manager import SingleTypeKVCacheManager
+from impl.core.sliding_window import SlidingWindowManager
+from impl.core.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+    check_hash_block_size,
+)
+
+if TYPE_CHECKING:
+    from impl.sched.request import Request
+
+PerGroupBlocks = tuple[list[KVCacheBlock], ...]
+
+
+def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
+    if isinstance(spec, SlidingWindowSpec):
+        return SlidingWindowManager
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return ChunkedLocalAttentionManager
+    if isinstance(spec, MambaSpec):
+        return MambaManager
+    if isinstance(spec, FullAttentionSpec):
+        return FullAttentionManager
+    raise ValueError(f"kv_cache_spec: unsupported spec type {type(spec).__name__}")
+
+
+class KVCacheCoordinator:
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        enable_kv_cache_events: bool = False,
+    ) -> None:
+        check_hash_block_size(kv_cache_config, hash_block_size)
+        self.kv_cache_config = kv_cache_config
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.block_pool = BlockPool(
+            kv_cache_config.num_blocks, enable_caching, hash_block_size, enable_kv_cache_events
+        )
+        self.managers: list[SingleTypeKVCacheManager] = [
+            manager_class_for(group.kv_cache_spec)(
+                group.kv_cache_spec, self.block_pool, enable_caching, group_id
+            )
+            for group_id, group in enumerate(kv_cache_config.kv_cache_groups)
+        ]
+        sizes = kv_cache_config.block_sizes
+        self.scheduler_block_size = math.lcm(*sizes) if sizes else hash_block_size
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
+        total_computed_tokens: int,
+    ) -> int:
+        return sum(
+            manager.get_num_blocks_to_allocate(
+                request_id, num_tokens, new_computed_blocks[index], total_computed_tokens
+            )
+            for index, manager in enumerate(self.managers)
+        )
+
+    def add_computed_blocks(
+        self, request_id: str, new_computed_blocks: PerGroupBlocks, total_computed_tokens: int
+    ) -> None:
+        for index, manager in enumerate(self.managers):
+            manager.add_computed_blocks(
+                request_id, new_computed_blocks[index], total_computed_tokens
+            )
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> PerGroupBlocks:
+        return tuple(manager.allocate_new_blocks(request_id, num_tokens)
+                     for manager in self.managers)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        for manager in self.managers:
+            hashes = hashes_at_block_size(
+                request.block_hashes, self.hash_block_size, manager.block_size
+            )
+            manager.cache_blocks(request, hashes, num_computed_tokens)
+
+    def free(self, request_id: str) -> None:
+        for manager in self.managers:
+            manager.free(request_id)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        for manager in self.managers:
+            manager.remove_skipped_blocks(request_id, num_computed_tokens)
+
+    def get_blocks(self, request_id: str) -> PerGroupBlocks:
+        return tuple(manager.req_to_blocks.get(request_id, []) for manager in self.managers)
+
+    def find_longest_cache_hit(
+        self, request: Request, max_cache_hit_length: int
+    ) -> tuple[PerGroupBlocks, int]:
+        return tuple([] for _ in self.managers), 0
+
+    def new_step_starts(self) -> None:
+        for manager in self.managers:
+            manager.new_block_ids.clear()
+
+    def check_integrity(self) -> None:
+        holders: dict[int, int] = {}
+        for manager in self.managers:
+            manager.check_integrity()
+            for blocks in manager.req_to_blocks.values():
+                for block in blocks:
+                    if not block.is_null:
+                        holders[block.block_id] = holders.get(block.block_id, 0) + 1
+        self.block_pool.check_integrity(holders)
+
+
+class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
+    """Prefix caching off: nothing is hashed or looked up; any number of groups."""
+
+
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
+    """One group: its manager's own cache-hit search is the answer."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        block_size = self.managers[0].block_size
+        if self.hash_block_size != block_size:
+            raise ValueError(
+                f"hash_block_size: {self.hash_block_size} must equal the block size "
+                f"{block_size} of the only KV-cache group"
+            )
+
+    def find_longest_cache_hit(
+        self, request: Request, max_cache_hit_length: int
+    ) -> tuple[PerGroupBlocks, int]:
+        manager = self.managers[0]
+        hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size,
+                                      manager.block_size)
+        hits, length = manager.find_longest_cache_hit(
+            hashes, max_cache_hit_length, [0], self.block_pool, manager.kv_cache_spec,
+            manager.block_size,
+        )
+        return (hits[0],), length
+
+
+class HybridKVCacheCoordinator(KVCacheCoordinator):
+    """Several attention types; groups with an equal spec are looked up together."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        by_spec: dict[KVCacheSpec, list[int]] = {}
+        for group_id, manager in enumerate(self.managers):
+            by_spec.setdefault(manager.kv_cache_spec, []).append(group_id)
+        # Full attention first: its left-to-right scan is cheap and bounds the others.
+        self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = sorted(
+            by_spec.items(), key=lambda item: not isinstance(item[0], FullAttentionSpec)
+        )
+
+    def find_longest_cache_hit(
+        self, request: Request, max_cache_hit_length: int
+    ) -> tuple[PerGroupBlocks, int]:
+        hit_length = max_cache_hit_length
+        alignment = self.scheduler_block_size
+        results: dict[int, list[KVCacheBlock]] = {}
+        while True:
+            candidate = hit_length
+            for spec, group_ids in self.spec_groups:
+                manager = self.managers[group_ids[0]]
+                hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size,
+                                              spec.block_size)
+                hits, candidate = manager.find_longest_cache_hit(
+                    hashes, candidate, group_ids, self.block_pool, spec, alignment
+                )
+                for group_id, group_hits in zip(group_ids, hits, strict=True):
+                    results[group_id] = group_hits
+            if candidate >= hit_length:
+                break
+            hit_length = candidate
+        per_group = tuple(
+            results[group_id][: hit_length // self.managers[group_id].block_size]
+            for group_id in range(len(self.managers))
+        )
+        return per_group, hit_length
+
+
+def get_kv_cache_coordinator(
+    kv_cache_config: KVCacheConfig,
+    max_model_len: int,
+    enable_caching: bool,
+    hash_block_size: int,
+    enable_kv_cache_events: bool = False,
+) -> KVCacheCoordinator:
+    if not enable_caching:
+        return KVCacheCoordinatorNoPrefixCache(
+            kv_cache_config, max_model_len, False, hash_block_size, enable_kv_cache_events
+        )
+    if len(kv_cache_config.kv_cache_groups) == 1:
+        return UnitaryKVCacheCoordinator(
+            kv_cache_config, max_model_len, True, hash_block_size, enable_kv_cache_events
+        )
+    return HybridKVCacheCoordinator(
+        kv_cache_config, max_model_len, True, hash_block_size, enable_kv_cache_events
+    )
+
+
+__all__ = ["KVCacheCoordinator", "get_kv_cache_coordinator", "Sequence"]

@@ -1,0 +1,216 @@
+"""`KVCacheManager`: the scheduler's only door into the KV cache.
+
+Per request it answers "which blocks are already computed (prefix hits)?" and "give me slots for
+N more tokens, or tell me there is no room" (then the scheduler preempts). Block layout of one
+`allocate_slots` call:
+
+    | computed | new prefix hits | external hits | new tokens | lookahead |
+                                 |<------------ to be allocated ---------->|
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from impl.core.block import KVCacheBlock
+from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
+from impl.core.events import KVCacheEvent
+from impl.core.single_type_manager import cdiv
+from impl.core.specs import KVCacheConfig
+
+if TYPE_CHECKING:
+    from impl.sched.request import Request
+
+
+@dataclass(slots=True)
+class PrefixCacheStats:
+    """Lookups since the last `make_prefix_cache_stats` (preempted requests counted apart)."""
+
+    reset: bool = False
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
+
+
+class KVCacheBlocks:
+    """One allocation result: a list of blocks per KV-cache group."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, blocks: PerGroupBlocks) -> None:
+        self.blocks = blocks
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([block.block_id for block in group] for group in self.blocks)
+
+    def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
+
+    def __repr__(self) -> str:
+        return f"KVCacheBlocks({self.get_block_ids()})"
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        hash_block_size: int | None = None,
+        enable_caching: bool = True,
+        log_stats: bool = False,
+        enable_kv_cache_events: bool = False,
+    ) -> None:
+        if max_model_len < 1:
+            raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
+        sizes = kv_cache_config.block_sizes
+        if hash_block_size is None:
+            hash_block_size = min(sizes) if sizes else 1
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.log_stats = log_stats
+        self.coordinator = get_kv_cache_coordinator(
+            kv_cache_config, max_model_len, enable_caching, hash_block_size,
+            enable_kv_cache_events,
+        )
+        self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
+        self.block_pool = self.coordinator.block_pool
+        self.kv_cache_config = kv_cache_config
+        self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
+        self._empty = KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    def empty_blocks(self) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """Prefix-cache hits for a new request, and how many tokens they cover.
+
+        At most num_tokens - 1 tokens can hit: the last token must be computed to get logits.
+        """
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_blocks(), 0
+        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(
+            request, request.num_tokens - 1
+        )
+        return KVCacheBlocks(hits), num_hit_tokens
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count one lookup (the scheduler calls this once per admission attempt)."""
+        if (self.prefix_cache_stats is not None and self.enable_caching
+                and not request.skip_reading_prefix_cache):
+            self.prefix_cache_stats.record(request.num_tokens, num_hits,
+                                           request.num_preemptions > 0)
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        full_sequence_must_fit: bool = False,
+    ) -> KVCacheBlocks | None:
+        """Slots for `num_new_tokens` (+ lookahead) more tokens; None if the pool is too small.
+
+        On None nothing changed, so the caller can preempt and retry.
+        """
+        coordinator = self.coordinator
+        computed = (new_computed_blocks.blocks if new_computed_blocks is not None
+                    else self._empty.blocks)
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local_computed + num_external_computed_tokens,
+                             self.max_model_len)
+        num_tokens_main = total_computed + num_new_tokens
+        num_tokens_need_slot = min(num_tokens_main + num_lookahead_tokens, self.max_model_len)
+
+        # Free what the request no longer needs before counting what it must get.
+        coordinator.remove_skipped_blocks(request.request_id, total_computed)
+        num_to_allocate = coordinator.get_num_blocks_to_allocate(
+            request.request_id, num_tokens_need_slot, computed, total_computed
+        )
+        free = self.block_pool.get_num_free_blocks()
+        if num_to_allocate > free:
+            return None
+        if full_sequence_must_fit:
+            num_full = coordinator.get_num_blocks_to_allocate(
+                request.request_id, max(request.num_tokens, num_tokens_need_slot), computed,
+                total_computed,
+            )
+            if num_full > free:
+                return None
+        if any(computed) or request.request_id not in coordinator.managers[0].num_cached_block:
+            coordinator.add_computed_blocks(request.request_id, computed, total_computed)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        if self.enable_caching and not delay_cache_blocks:
+            coordinator.cache_blocks(request, min(num_tokens_main, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
+
+    def free(self, request: Request) -> None:
+        self.coordinator.free(request.request_id)
+
+    def reset_prefix_cache(self) -> bool:
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        """Cascade attention is gone upstream: always zero per group."""
+        return [0] * self.num_kv_cache_groups
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return KVCacheBlocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
+
+    def new_step_starts(self) -> None:
+        self.coordinator.new_step_starts()
+
+    def take_new_block_ids(self) -> list[int]:
+        ids: list[int] = []
+        for manager in self.coordinator.managers:
+            ids.extend(manager.take_new_block_ids())
+        return ids
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return self.block_pool.take_events()
+
+    def num_blocks_for(self, num_tokens: int, group_id: int = 0) -> int:
+        return cdiv(num_tokens, self.coordinator.managers[group_id].block_size)
+
+    def check_integrity(self) -> None:
+        self.coordinator.check_integrity()
+
+
+__all__ = ["KVCacheBlock", "KVCacheBlocks", "KVCacheManager", "PrefixCacheStats"]

@@ -1,0 +1,183 @@
+"""`SingleTypeKVCacheManager`: the block table of every request for one KV-cache group.
+
+Subclasses differ in which blocks a request still needs (full attention keeps all of them,
+sliding window and chunked local drop the ones left behind, mamba keeps one state) and in how a
+prefix-cache hit is found. Block tables are append-only; a block a request no longer needs is
+replaced in place by the null block so positions stay stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from impl.core.block import BlockHash, KVCacheBlock
+from impl.core.block_pool import BlockPool
+from impl.core.specs import KVCacheSpec
+
+if TYPE_CHECKING:
+    from impl.sched.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class SingleTypeKVCacheManager:
+    #: Whether a cache hit for this type is found by a scan from the left (full attention).
+    scans_from_left: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        kv_cache_spec: KVCacheSpec,
+        block_pool: BlockPool,
+        enable_caching: bool,
+        kv_cache_group_id: int,
+    ) -> None:
+        self.kv_cache_spec = kv_cache_spec
+        self.block_size = kv_cache_spec.block_size
+        self.block_pool = block_pool
+        self.enable_caching = enable_caching
+        self.kv_cache_group_id = kv_cache_group_id
+        self.null_block = block_pool.null_block
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        # Number of leading blocks of each request already indexed in the prefix cache.
+        self.num_cached_block: dict[str, int] = {}
+        self.new_block_ids: list[int] = []
+
+    # -- sizing ----------------------------------------------------------------------------
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens whose KV this type no longer needs (none for full attention)."""
+        return 0
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
+    ) -> int:
+        """Blocks the pool must hand out to give the request `num_tokens` slots.
+
+        Prefix-hit blocks that sit free in the queue count too: touching them takes them out of
+        the free pool just like an allocation would.
+        """
+        num_required = cdiv(num_tokens, self.block_size)
+        held = self.req_to_blocks.get(request_id)
+        num_held = len(held) if held is not None else 0
+        num_skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        if num_held == 0 and num_skipped_blocks > 0:
+            # Blocks left of the window are never allocated: they become null blocks.
+            num_new = num_required - max(num_skipped_blocks, len(new_computed_blocks))
+            live_hits = new_computed_blocks[num_skipped_blocks:]
+        else:
+            num_new = num_required - len(new_computed_blocks) - num_held
+            live_hits = new_computed_blocks
+        num_evictable = 0
+        for block in live_hits:
+            if block.ref_cnt == 0 and not block.is_null:
+                num_evictable += 1
+        return max(num_new, 0) + num_evictable
+
+    # -- allocation ------------------------------------------------------------------------
+    def add_computed_blocks(
+        self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed: int
+    ) -> None:
+        """Take prefix-hit blocks into a new request's table (touching them)."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        if request_id in self.num_cached_block:
+            assert not new_computed_blocks, "a running request cannot get new prefix hits"
+            return
+        num_skipped_blocks = self.get_num_skipped_tokens(total_computed) // self.block_size
+        if num_skipped_blocks > 0:
+            # Hits left of the window are not needed: pad with null blocks instead.
+            live = new_computed_blocks[num_skipped_blocks:]
+            pad = max(num_skipped_blocks, len(new_computed_blocks)) - len(live)
+            self.block_pool.touch(live)
+            blocks.extend([self.null_block] * pad)
+            blocks.extend(live)
+        else:
+            self.block_pool.touch(new_computed_blocks)
+            blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(new_computed_blocks)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = cdiv(num_tokens, self.block_size) - len(blocks)
+        if num_new <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        blocks.extend(new_blocks)
+        self.new_block_ids.extend(block.block_id for block in new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
+                     num_tokens: int) -> None:
+        """Index the request's blocks that became full, up to `num_tokens` tokens."""
+        request_id = request.request_id
+        num_cached = self.num_cached_block.get(request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_full <= num_cached:
+            return
+        self.block_pool.cache_full_blocks(
+            self.req_to_blocks[request_id], block_hashes, num_cached, num_full,
+            self.kv_cache_group_id, block_size=self.block_size,
+            token_ids=request.all_token_ids, lora_name=request.lora_name,
+        )
+        self.num_cached_block[request_id] = num_full
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Free the blocks this type no longer needs, replacing them by the null block.
+
+        Walks back from the last skipped block and stops at the first null one: everything
+        before it was already removed by an earlier call.
+        """
+        num_skipped_blocks = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        if num_skipped_blocks <= 0:
+            return
+        blocks = self.req_to_blocks.get(request_id)
+        if not blocks:
+            return
+        removed: list[KVCacheBlock] = []
+        null_block = self.null_block
+        for index in range(min(num_skipped_blocks, len(blocks)) - 1, -1, -1):
+            block = blocks[index]
+            if block is null_block:
+                break
+            removed.append(block)
+            blocks[index] = null_block
+        self.block_pool.free_blocks(removed)
+
+    def free(self, request_id: str) -> None:
+        """Release all blocks of the request, tail first: the tail is the least reusable."""
+        blocks = self.req_to_blocks.pop(request_id, None)
+        self.num_cached_block.pop(request_id, None)
+        if blocks:
+            self.block_pool.free_blocks(reversed(blocks))
+
+    def take_new_block_ids(self) -> list[int]:
+        ids, self.new_block_ids = self.new_block_ids, []
+        return ids
+
+    # -- prefix cache ----------------------------------------------------------------------
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: KVCacheSpec,
+        alignment_tokens: int,
+    ) -> tuple[list[list[KVCacheBlock]], int]:
+        """Per group, the longest run of cached blocks usable as a prefix, and its length."""
+        raise NotImplementedError
+
+    def check_integrity(self) -> None:
+        for request_id, blocks in self.req_to_blocks.items():
+            num_cached = self.num_cached_block.get(request_id, 0)
+            assert num_cached <= len(blocks) or not self.enable_caching, (
+                f"{request_id}: {num_cached} cached of {len(blocks)} blocks"
+            )
+            for block in blocks:
+                assert block.is_null or block.ref_cnt > 0, f"{request_id} holds free {block}"

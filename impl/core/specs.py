@@ -1,0 +1,139 @@
+"""KV-cache specs and config: what each group of layers needs per token, and how many blocks.
+
+Our own dataclasses. Every spec validates itself and raises `ValueError` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+def _require(condition: bool, field_name: str, message: str) -> None:
+    if not condition:
+        raise ValueError(f"{field_name}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSpec:
+    block_size: int
+    num_kv_heads: int = 1
+    head_size: int = 64
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _require(self.block_size >= 1, "block_size", f"must be >= 1 (got {self.block_size})")
+        _require(self.num_kv_heads >= 1, "num_kv_heads", f"must be >= 1 (got {self.num_kv_heads})")
+        _require(self.head_size >= 1, "head_size", f"must be >= 1 (got {self.head_size})")
+
+    @property
+    def type_id(self) -> str:
+        return type(self).__name__
+
+    @property
+    def page_size_bytes(self) -> int:
+        itemsize = 2 if self.dtype in ("float16", "bfloat16") else 4
+        return 2 * self.block_size * self.num_kv_heads * self.head_size * itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class FullAttentionSpec(AttentionSpec):
+    """Every token of the sequence stays in the cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindowSpec(AttentionSpec):
+    """Only the last `sliding_window` tokens are attended to; older blocks can be dropped."""
+
+    sliding_window: int = 0
+
+    def __post_init__(self) -> None:
+        AttentionSpec.__post_init__(self)
+        _require(self.sliding_window >= 1, "sliding_window",
+                 f"must be >= 1 (got {self.sliding_window})")
+
+    @property
+    def type_id(self) -> str:
+        return f"sliding_window_{self.sliding_window}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedLocalAttentionSpec(AttentionSpec):
+    """Tokens attend only within their chunk of `attention_chunk_size` tokens."""
+
+    attention_chunk_size: int = 0
+
+    def __post_init__(self) -> None:
+        AttentionSpec.__post_init__(self)
+        _require(self.attention_chunk_size >= 1, "attention_chunk_size",
+                 f"must be >= 1 (got {self.attention_chunk_size})")
+
+    @property
+    def type_id(self) -> str:
+        return f"chunked_local_{self.attention_chunk_size}"
+
+
+@dataclass(frozen=True, slots=True)
+class MambaSpec:
+    """A recurrent state per request instead of per-token KV: one block holds the whole state.
+
+    `mamba_cache_mode` "none" keeps one state per request (no prefix caching); "all" caches the
+    state at every block boundary; "align" caches it only at scheduled-chunk ends aligned to
+    blocks.
+    """
+
+    block_size: int
+    state_bytes: int = 4096
+    num_speculative_blocks: int = 0
+    mamba_cache_mode: str = "none"
+
+    def __post_init__(self) -> None:
+        _require(self.block_size >= 1, "block_size", f"must be >= 1 (got {self.block_size})")
+        _require(self.num_speculative_blocks >= 0, "num_speculative_blocks",
+                 f"must be >= 0 (got {self.num_speculative_blocks})")
+        _require(self.mamba_cache_mode in ("none", "all", "align"), "mamba_cache_mode",
+                 f"must be 'none', 'all' or 'align' (got {self.mamba_cache_mode!r})")
+
+    @property
+    def type_id(self) -> str:
+        return "mamba"
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.state_bytes
+
+
+KVCacheSpec = FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec | MambaSpec
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroupSpec:
+    """Layers that share one block table (same attention type, same block ids)."""
+
+    layer_names: tuple[str, ...]
+    kv_cache_spec: KVCacheSpec
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        _require(self.num_blocks >= 1, "num_blocks", f"must be >= 1 (got {self.num_blocks})")
+
+    @property
+    def block_sizes(self) -> list[int]:
+        return [group.kv_cache_spec.block_size for group in self.kv_cache_groups]
+
+
+def check_hash_block_size(config: KVCacheConfig, hash_block_size: int) -> None:
+    """Every group's block size must be a multiple of the hash block size."""
+    _require(hash_block_size >= 1, "hash_block_size", f"must be >= 1 (got {hash_block_size})")
+    for index, size in enumerate(config.block_sizes):
+        _require(size % hash_block_size == 0, f"kv_cache_groups[{index}].block_size",
+                 f"{size} is not a multiple of hash_block_size {hash_block_size}")
+
+
+def lcm_block_size(config: KVCacheConfig) -> int:
+    return math.lcm(*config.block_sizes) if config.kv_cache_groups else 1

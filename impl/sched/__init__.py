@@ -1,0 +1,1 @@
+"""Scheduler twin: requests, queues, scheduler output, scheduler."""

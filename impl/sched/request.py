@@ -1,0 +1,107 @@
+"""`Request`: one generation request as the scheduler and KV-cache manager see it."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from impl.core.block import BlockHash
+from impl.core.request_hasher import RequestBlockHasher
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered like upstream: every status after PREEMPTED is a finished one."""
+
+    WAITING = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        return status > RequestStatus.PREEMPTED
+
+
+class Request:
+    __slots__ = (
+        "request_id", "prompt_token_ids", "all_token_ids", "output_token_ids", "num_prompt_tokens",
+        "num_computed_tokens", "block_hashes", "max_tokens", "min_tokens", "stop_token_ids",
+        "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
+        "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
+        "skip_reading_prefix_cache", "stop_reason", "_hasher",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Iterable[int],
+        *,
+        max_tokens: int = 16,
+        min_tokens: int = 0,
+        stop_token_ids: Iterable[int] = (),
+        eos_token_id: int | None = None,
+        ignore_eos: bool = False,
+        priority: int = 0,
+        arrival_time: float = 0.0,
+        cache_salt: str | None = None,
+        lora_name: str | None = None,
+        lora_path: str | None = None,
+        skip_reading_prefix_cache: bool = False,
+        block_hasher: RequestBlockHasher | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.all_token_ids = list(self.prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
+        self.stop_token_ids = tuple(stop_token_ids)
+        self.eos_token_id = eos_token_id
+        self.ignore_eos = ignore_eos
+        self.priority = priority
+        self.arrival_time = arrival_time
+        self.cache_salt = cache_salt
+        self.lora_name = lora_name
+        self.lora_path = lora_path
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self.spec_token_ids: list[int] = []
+        self.num_output_placeholders = 0
+        self.skip_reading_prefix_cache = skip_reading_prefix_cache
+        self.stop_reason: int | None = None
+        self.block_hashes: list[BlockHash] = []
+        self._hasher = block_hasher
+        if block_hasher is not None:
+            self.block_hashes.extend(block_hasher(self))
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
+        self.output_token_ids.extend(new)
+        self.all_token_ids.extend(new)
+        if self._hasher is not None:
+            self.block_hashes.extend(self._hasher(self))
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, tokens={self.num_tokens}, "
+                f"computed={self.num_computed_tokens}, status={self.status.name})")

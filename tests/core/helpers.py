@@ -1,0 +1,50 @@
+"""Small builders shared by the core unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from impl.core.hashing import make_none_hash
+from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.request_hasher import RequestBlockHasher
+from impl.core.specs import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+)
+from impl.sched.request import Request
+
+
+def make_manager(num_blocks: int, *specs: KVCacheSpec, caching: bool = True,
+                 hash_block_size: int | None = None) -> KVCacheManager:
+    specs = specs or (FullAttentionSpec(block_size=4),)
+    groups = tuple(KVCacheGroupSpec((f"l{i}",), s) for i, s in enumerate(specs))
+    return KVCacheManager(KVCacheConfig(num_blocks, groups), max_model_len=1024,
+                          hash_block_size=hash_block_size, enable_caching=caching,
+                          log_stats=True)
+
+
+def make_request(request_id: str, tokens: Iterable[int], block_size: int = 4,
+                 **kwargs: object) -> Request:
+    hasher = RequestBlockHasher(block_size, "sha256", make_none_hash("sha256", "0"))
+    return Request(request_id, tokens, block_hasher=hasher, **kwargs)  # type: ignore[arg-type]
+
+
+def admit(manager: KVCacheManager, request: Request, num_new: int | None = None,
+          lookahead: int = 0) -> list[list[int]] | None:
+    """What a scheduler does for a waiting request: prefix lookup, then allocation."""
+    hits, num_hit = manager.get_computed_blocks(request)
+    if num_new is None:
+        num_new = request.num_tokens - num_hit
+    blocks = manager.allocate_slots(request, num_new, num_hit, hits,
+                                    num_lookahead_tokens=lookahead)
+    manager.check_integrity()
+    if blocks is None:
+        return None
+    request.num_computed_tokens = num_hit + num_new
+    return [list(ids) for ids in manager.get_block_ids(request.request_id)]
+
+
+__all__ = ["SlidingWindowSpec", "admit", "make_manager", "make_request"]

@@ -1,0 +1,52 @@
+import pytest
+
+from impl.core.block import FreeKVCacheBlockQueue, KVCacheBlock
+
+
+def queue_of(n: int) -> tuple[FreeKVCacheBlockQueue, list[KVCacheBlock]]:
+    blocks = [KVCacheBlock(i) for i in range(n)]
+    return FreeKVCacheBlockQueue(blocks), blocks
+
+
+def test_initial_order_is_block_id_order() -> None:
+    queue, _ = queue_of(5)
+    assert queue.block_ids() == [0, 1, 2, 3, 4]
+    assert queue.num_free_blocks == 5
+
+
+def test_popleft_and_popleft_n_take_from_the_head() -> None:
+    queue, _ = queue_of(5)
+    assert queue.popleft().block_id == 0
+    assert [b.block_id for b in queue.popleft_n(3)] == [1, 2, 3]
+    assert queue.block_ids() == [4]
+    assert queue.popleft_n(0) == []
+
+
+def test_remove_from_the_middle_and_append_to_tail() -> None:
+    queue, blocks = queue_of(5)
+    queue.remove(blocks[2])
+    assert queue.block_ids() == [0, 1, 3, 4]
+    queue.append(blocks[2])
+    assert queue.block_ids() == [0, 1, 3, 4, 2]
+    queue.check_integrity()
+
+
+def test_prepend_n_keeps_the_given_order_at_the_front() -> None:
+    queue, blocks = queue_of(5)
+    taken = queue.popleft_n(3)
+    queue.prepend_n([taken[2], taken[0]])
+    assert queue.block_ids() == [2, 0, 3, 4]
+
+
+def test_popping_more_than_free_is_an_error_and_changes_nothing() -> None:
+    queue, _ = queue_of(2)
+    with pytest.raises(ValueError, match="only 2 are free"):
+        queue.popleft_n(3)
+    assert queue.block_ids() == [0, 1]
+
+
+def test_integrity_catches_a_referenced_block_in_the_queue() -> None:
+    queue, blocks = queue_of(3)
+    blocks[1].ref_cnt = 1
+    with pytest.raises(AssertionError, match="ref_cnt"):
+        queue.check_integrity()
