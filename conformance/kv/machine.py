@@ -132,6 +132,11 @@ class KVLockstepMachine(RuleBasedStateMachine):
         self._free(request, preempted)
 
     @rule()
+    def new_step(self) -> None:
+        note("new_step_starts")
+        self.both("new_step")
+
+    @rule()
     def reset_prefix_cache(self) -> None:
         note("reset_prefix_cache")
         self.both("reset_prefix_cache")

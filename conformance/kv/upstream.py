@@ -76,6 +76,9 @@ class UpstreamKV:
     def reset_prefix_cache(self) -> bool:
         return bool(self.manager.reset_prefix_cache())
 
+    def new_step(self) -> None:
+        self.manager.new_step_starts()
+
     def snapshot(self) -> Snapshot:
         from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 

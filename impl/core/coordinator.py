@@ -121,7 +121,7 @@ class KVCacheCoordinator:
 
     def new_step_starts(self) -> None:
         for manager in self.managers:
-            manager.new_block_ids.clear()
+            manager.new_step_starts()
 
     def check_integrity(self) -> None:
         holders: dict[int, int] = {}
@@ -175,6 +175,12 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = sorted(
             by_spec.items(), key=lambda item: not isinstance(item[0], FullAttentionSpec)
         )
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Only a prefix a future hit can match is worth indexing: hybrid hits are aligned to
+        the scheduler block size (the lcm of the group block sizes)."""
+        aligned = num_computed_tokens - num_computed_tokens % self.scheduler_block_size
+        super().cache_blocks(request, aligned)
 
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int

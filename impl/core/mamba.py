@@ -1,7 +1,14 @@
 """Mamba: a recurrent state per request instead of per-token KV.
 
-In cache mode "none" a request holds one state block (plus speculative ones) for its whole life
-and nothing is prefix-cached.
+The group allocates one block per `block_size` tokens like attention, but only the state after
+the last computed token is needed: every earlier block is released (replaced by the null block)
+as soon as the next one is computed. With prefix caching, the state at each block boundary is
+indexed; a hit needs just one block, the state at the hit point, so the search runs right to
+left for the longest aligned boundary whose state is cached.
+
+A state is written by the model only when the step that computes it has run, so a block cached
+during the current step cannot serve a hit yet: such a hit is refused (reported as needing
+more blocks than the pool has) until the next step starts.
 """
 
 from __future__ import annotations
@@ -17,8 +24,40 @@ from impl.core.specs import KVCacheSpec, MambaSpec
 class MambaManager(SingleTypeKVCacheManager):
     scans_from_left = False
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.cached_this_step: set[int] = set()
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
+    ) -> int:
+        for block in new_computed_blocks:
+            if block.block_id in self.cached_this_step:
+                return self.block_pool.num_gpu_blocks + 1
+        return super().get_num_blocks_to_allocate(
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens
+        )
+
+    def cache_blocks(self, request: object, block_hashes: Sequence[BlockHash],
+                     num_tokens: int) -> None:
+        blocks = self.req_to_blocks.get(request.request_id)  # type: ignore[attr-defined]
+        before = self.num_cached_block.get(request.request_id, 0)  # type: ignore[attr-defined]
+        super().cache_blocks(request, block_hashes, num_tokens)  # type: ignore[arg-type]
+        after = self.num_cached_block.get(request.request_id, 0)  # type: ignore[attr-defined]
+        if blocks is not None:
+            self.cached_this_step.update(
+                block.block_id for block in blocks[before:after] if not block.is_null
+            )
+
+    def new_step_starts(self) -> None:
+        self.cached_this_step.clear()
 
     @classmethod
     def find_longest_cache_hit(
@@ -31,4 +70,13 @@ class MambaManager(SingleTypeKVCacheManager):
         alignment_tokens: int,
     ) -> tuple[list[list[KVCacheBlock]], int]:
         assert isinstance(kv_cache_spec, MambaSpec)
+        block_size = kv_cache_spec.block_size
+        max_blocks = min(max_length // block_size, len(block_hashes))
+        null_block = block_pool.null_block
+        for index in range(max_blocks - 1, -1, -1):
+            if ((index + 1) * block_size) % alignment_tokens:
+                continue
+            found = block_pool.get_cached_block(block_hashes[index], kv_cache_group_ids)
+            if found is not None:
+                return [[null_block] * index + [block] for block in found], (index + 1) * block_size
         return [[] for _ in kv_cache_group_ids], 0

@@ -33,6 +33,7 @@ class SingleTypeKVCacheManager:
         block_pool: BlockPool,
         enable_caching: bool,
         kv_cache_group_id: int,
+        record_new_block_ids: bool = False,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -43,6 +44,9 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # Number of leading blocks of each request already indexed in the prefix cache.
         self.num_cached_block: dict[str, int] = {}
+        # Ids of newly allocated blocks, for a worker that zeroes them; only kept on request
+        # so a long run does not accumulate them.
+        self.record_new_block_ids = record_new_block_ids
         self.new_block_ids: list[int] = []
 
     # -- sizing ----------------------------------------------------------------------------
@@ -108,7 +112,8 @@ class SingleTypeKVCacheManager:
             return []
         new_blocks = self.block_pool.get_new_blocks(num_new)
         blocks.extend(new_blocks)
-        self.new_block_ids.extend(block.block_id for block in new_blocks)
+        if self.record_new_block_ids:
+            self.new_block_ids.extend(block.block_id for block in new_blocks)
         return new_blocks
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
@@ -154,6 +159,9 @@ class SingleTypeKVCacheManager:
         self.num_cached_block.pop(request_id, None)
         if blocks:
             self.block_pool.free_blocks(reversed(blocks))
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (subclasses reset per-step state)."""
 
     def take_new_block_ids(self) -> list[int]:
         ids, self.new_block_ids = self.new_block_ids, []
