@@ -51,6 +51,9 @@ FAMILIES: tuple[KVFamily, ...] = (
              enable_caching=False),
     KVFamily("full_sliding_window", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)),
              num_blocks=40),
+    # Window smaller than the hit alignment (lcm 32): some window blocks can never serve a hit.
+    KVFamily("sliding_window_sparse",
+             (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40),
     KVFamily("full_chunked_local", (GroupShape("full", 16), GroupShape("chunked_local", 16, 64)),
              num_blocks=40),
     KVFamily("full_mamba", (GroupShape("full", 16), GroupShape("mamba", 16)), num_blocks=40),

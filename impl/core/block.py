@@ -31,10 +31,14 @@ class KVCacheBlock:
     block_hash: BlockHash | None = None
     hash_group_id: int = -1
     is_null: bool = False
+    # Secondary prefix-cache keys of this block: hashes of sub-block boundaries inside it
+    # (a prompt that ends inside the block can still be found at that boundary).
+    extra_hashes: list[BlockHash] | None = None
 
     def reset_hash(self) -> None:
         self.block_hash = None
         self.hash_group_id = -1
+        self.extra_hashes = None
 
     def __repr__(self) -> str:
         h = self.block_hash.hex()[:8] if self.block_hash is not None else None

@@ -70,11 +70,13 @@ class BlockPool:
         block_size: int,
         token_ids: Sequence[int] = (),
         lora_name: str | None = None,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         """Index blocks[num_cached_blocks:num_full_blocks] under their hashes.
 
         `block_hashes[i]` is the hash of block i at this group's block size. Null blocks (skipped
-        positions) are not cached. `token_ids` (the request's tokens) only feeds events.
+        positions) are not cached, nor blocks whose `block_mask` entry (aligned with the range)
+        is False. `token_ids` (the request's tokens) only feeds events.
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -82,7 +84,8 @@ class BlockPool:
         stored: list[BlockHash] = []
         for index in range(num_cached_blocks, num_full_blocks):
             block = blocks[index]
-            if block.is_null:
+            if block.is_null or (block_mask is not None
+                                 and not block_mask[index - num_cached_blocks]):
                 continue
             block_hash = block_hashes[index]
             block.block_hash = block_hash
@@ -102,6 +105,24 @@ class BlockPool:
                     group_id=group_id,
                 )
             )
+
+    def cache_partial_block(self, block: KVCacheBlock, block_hash: BlockHash,
+                            group_id: int) -> None:
+        """Make `block` findable under the hash of a boundary inside it.
+
+        The entry belongs to the block: evicting or resetting the block drops it too.
+        """
+        if block.is_null:
+            return
+        hash_map = self.hash_map(group_id)
+        if block.block_hash is None:
+            block.block_hash = block_hash
+            block.hash_group_id = group_id
+        else:
+            if block.extra_hashes is None:
+                block.extra_hashes = []
+            block.extra_hashes.append(block_hash)
+        hash_map.insert(block_hash, block)
 
     # -- allocation -----------------------------------------------------------------------
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -128,12 +149,16 @@ class BlockPool:
         if block_hash is None:
             return False
         group_id = block.hash_group_id
+        hashes = [block_hash, *block.extra_hashes] if block.extra_hashes else [block_hash]
         block.reset_hash()
         hash_map = self._hash_maps.get(group_id)
-        if hash_map is None or hash_map.pop(block_hash, block.block_id) is None:
+        if hash_map is None:
+            return False
+        removed = tuple(h for h in hashes if hash_map.pop(h, block.block_id) is not None)
+        if not removed:
             return False
         if self.enable_kv_cache_events:
-            self.kv_event_queue.append(BlockRemoved(block_hashes=(block_hash,), group_id=group_id))
+            self.kv_event_queue.append(BlockRemoved(block_hashes=removed, group_id=group_id))
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
@@ -209,14 +234,17 @@ class BlockPool:
         assert len(free_ids) == self.free_block_queue.num_free_blocks
         assert self.null_block.block_id == 0 and self.null_block.is_null
         assert 0 not in free_ids, "the null block is free"
-        indexed: dict[int, tuple[int, BlockHash]] = {}
+        indexed: dict[int, int] = {}
         for group_id, hash_map in self._hash_maps.items():
             for block_hash, block in hash_map.items():
-                assert block.block_hash == block_hash and block.hash_group_id == group_id, (
+                keys = [block.block_hash, *(block.extra_hashes or ())]
+                assert block_hash in keys and block.hash_group_id == group_id, (
                     f"index entry {block_hash.hex()[:8]}/g{group_id} points at {block}"
                 )
-                assert block.block_id not in indexed, f"{block} is indexed twice"
-                indexed[block.block_id] = (group_id, block_hash)
+                indexed[block.block_id] = indexed.get(block.block_id, 0) + 1
+        for block_id, count in indexed.items():
+            block = self.blocks[block_id]
+            assert count == 1 + len(block.extra_hashes or ()), f"{block} indexed {count} times"
         for block in self.blocks[1:]:
             assert not block.is_null
             if block.block_id in free_ids:

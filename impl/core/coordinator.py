@@ -70,8 +70,13 @@ class KVCacheCoordinator:
             )
             for group_id, group in enumerate(kv_cache_config.kv_cache_groups)
         ]
+        for manager in self.managers:
+            manager.hash_block_size = hash_block_size
         sizes = kv_cache_config.block_sizes
         self.scheduler_block_size = math.lcm(*sizes) if sizes else hash_block_size
+        if len(self.managers) > 1:
+            for manager in self.managers:
+                manager.cache_hit_alignment = self.scheduler_block_size
 
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,

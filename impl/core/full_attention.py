@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.specs import KVCacheSpec
 
+if TYPE_CHECKING:
+    from impl.sched.request import Request
+
 
 class FullAttentionManager(SingleTypeKVCacheManager):
+    def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
+                     num_tokens: int) -> None:
+        super().cache_blocks(request, block_hashes, num_tokens)
+        if self.hash_block_size < self.block_size:
+            self._cache_prompt_tail_boundary(request, num_tokens)
+
+    def _cache_prompt_tail_boundary(self, request: Request, num_tokens: int) -> None:
+        """Index the block holding the prompt's last hash boundary under that boundary's hash.
+
+        A request resending this prompt can hit at most num_prompt_tokens - 1 tokens, i.e. up to
+        the last hash boundary before that. When the boundary falls inside a (coarser) block,
+        the block is findable only through this secondary entry. Registered once per request,
+        when the tokens up to the boundary are cacheable.
+        """
+        request_id = request.request_id
+        if request_id in self.tail_registered:
+            return
+        hbs = self.hash_block_size
+        boundary = (request.num_prompt_tokens - 1) // hbs * hbs
+        if boundary <= 0 or boundary % self.block_size == 0 or boundary > num_tokens:
+            return
+        blocks = self.req_to_blocks.get(request_id)
+        index = boundary // self.block_size
+        if not blocks or index >= len(blocks):
+            return
+        self.tail_registered.add(request_id)
+        self.block_pool.cache_partial_block(
+            blocks[index], request.block_hashes[boundary // hbs - 1], self.kv_cache_group_id
+        )
+
     @classmethod
     def find_longest_cache_hit(
         cls,

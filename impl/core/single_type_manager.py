@@ -48,6 +48,12 @@ class SingleTypeKVCacheManager:
         # so a long run does not accumulate them.
         self.record_new_block_ids = record_new_block_ids
         self.new_block_ids: list[int] = []
+        # Granularity of request block hashes (set by the coordinator; may be finer).
+        self.hash_block_size = self.block_size
+        # Requests whose prompt-tail boundary entry is registered (see FullAttentionManager).
+        self.tail_registered: set[str] = set()
+        # Granularity of prefix-cache hits (set by the coordinator; the lcm in hybrid models).
+        self.cache_hit_alignment = self.block_size
 
     # -- sizing ----------------------------------------------------------------------------
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -128,8 +134,13 @@ class SingleTypeKVCacheManager:
             self.req_to_blocks[request_id], block_hashes, num_cached, num_full,
             self.kv_cache_group_id, block_size=self.block_size,
             token_ids=request.all_token_ids, lora_name=request.lora_name,
+            block_mask=self.reachable_block_mask(num_cached, num_full),
         )
         self.num_cached_block[request_id] = num_full
+
+    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
+        """Which of blocks [start, end) can ever serve a prefix hit; None means all of them."""
+        return None
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the blocks this type no longer needs, replacing them by the null block.
@@ -157,6 +168,7 @@ class SingleTypeKVCacheManager:
         """Release all blocks of the request, tail first: the tail is the least reusable."""
         blocks = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        self.tail_registered.discard(request_id)
         if blocks:
             self.block_pool.free_blocks(reversed(blocks))
 

@@ -18,6 +18,20 @@ from impl.core.specs import KVCacheSpec, SlidingWindowSpec
 class SlidingWindowManager(SingleTypeKVCacheManager):
     scans_from_left = False
 
+    def blocks_needed_for_hit(self) -> int:
+        assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
+        return cdiv(self.kv_cache_spec.sliding_window - 1, self.block_size)
+
+    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
+        """A hit at an aligned length L needs only the window's blocks just before L, so block
+        i is worth caching iff some aligned boundary lies in (i, i + needed] blocks."""
+        per_alignment = self.cache_hit_alignment // self.block_size
+        needed = self.blocks_needed_for_hit()
+        if per_alignment <= needed:
+            return None
+        return [(i + needed) // per_alignment > i // per_alignment
+                for i in range(start_block, end_block)]
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
         return max(0, num_computed_tokens - self.kv_cache_spec.sliding_window + 1)
