@@ -92,18 +92,24 @@ class KVLockstepMachine(RuleBasedStateMachine):
         self.requests[request_id] = ModelRequest(request_id, len(tokens))
 
     @precondition(lambda self: self._has(running=False))
-    @rule(data=st.data(), chunk=st.integers(1, 80), lookahead=st.sampled_from([0, 0, 0, 2]))
-    def admit(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
+    @rule(data=st.data(), chunk=st.integers(1, 80), lookahead=st.sampled_from([0, 0, 0, 2]),
+          must_fit=st.booleans(), delay=st.sampled_from([False, False, False, True]))
+    def admit(self, data: st.DataObject, chunk: int, lookahead: int, must_fit: bool,
+              delay: bool) -> None:
         request = self._pick(data, running=False)
         hit = self.both("get_computed_blocks", request.request_id)
         num_new = min(chunk, request.num_tokens - hit.num_tokens)
         note(f"admit {request.request_id}: hit {hit.num_tokens}, new {num_new}, "
-             f"lookahead {lookahead}")
-        result = self.both("allocate_slots", request.request_id, num_new, lookahead, True)
+             f"lookahead {lookahead}, full_sequence_must_fit {must_fit}, delay_cache {delay}")
+        result = self.both("allocate_slots", request.request_id, num_new, lookahead, True,
+                           must_fit, delay)
         if result is not None:
             request.num_computed = hit.num_tokens + num_new
             request.running = True
             self.both("set_num_computed_tokens", request.request_id, request.num_computed)
+            if delay:  # the transfer landed: cache what it computed
+                note(f"cache_blocks {request.request_id} up to {request.num_computed}")
+                self.both("cache_blocks", request.request_id, request.num_computed)
 
     @precondition(lambda self: self._has(running=True))
     @rule(data=st.data(), chunk=st.integers(1, 64), lookahead=st.sampled_from([0, 0, 0, 2]))

@@ -35,7 +35,9 @@ class KVSystem(Protocol):
                     lora_name: str | None) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...
     def allocate_slots(self, request_id: str, num_new_tokens: int, num_lookahead: int,
-                       use_hit: bool) -> BlockIds | None: ...
+                       use_hit: bool, full_sequence_must_fit: bool = False,
+                       delay_cache_blocks: bool = False) -> BlockIds | None: ...
+    def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None: ...
     def set_num_computed_tokens(self, request_id: str, value: int) -> None: ...
     def append_token(self, request_id: str, token: int) -> None: ...
     def free(self, request_id: str, preempted: bool) -> None: ...
@@ -83,11 +85,14 @@ class ImplKV:
         return Hit(_ids(blocks.blocks), num)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, num_lookahead: int,
-                       use_hit: bool) -> BlockIds | None:
+                       use_hit: bool, full_sequence_must_fit: bool = False,
+                       delay_cache_blocks: bool = False) -> BlockIds | None:
         request = self.requests[request_id]
         blocks, num = self.hits.pop(request_id) if use_hit else (None, 0)
-        result = self.manager.allocate_slots(request, num_new_tokens, num, blocks,
-                                             num_lookahead_tokens=num_lookahead)
+        result = self.manager.allocate_slots(
+            request, num_new_tokens, num, blocks, num_lookahead_tokens=num_lookahead,
+            full_sequence_must_fit=full_sequence_must_fit,
+            delay_cache_blocks=delay_cache_blocks)
         return None if result is None else _ids(result.blocks)
 
     def set_num_computed_tokens(self, request_id: str, value: int) -> None:
@@ -108,6 +113,9 @@ class ImplKV:
 
     def new_step(self) -> None:
         self.manager.new_step_starts()
+
+    def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        self.manager.cache_blocks(self.requests[request_id], num_computed_tokens)
 
     def snapshot(self) -> Snapshot:
         pool = self.manager.block_pool

@@ -53,11 +53,14 @@ class UpstreamKV:
         return Hit(_ids(blocks.blocks), num)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, num_lookahead: int,
-                       use_hit: bool) -> BlockIds | None:
+                       use_hit: bool, full_sequence_must_fit: bool = False,
+                       delay_cache_blocks: bool = False) -> BlockIds | None:
         request = self.requests[request_id]
         blocks, num = self.hits.pop(request_id) if use_hit else (None, 0)
-        result = self.manager.allocate_slots(request, num_new_tokens, num, blocks,
-                                             num_lookahead_tokens=num_lookahead)
+        result = self.manager.allocate_slots(
+            request, num_new_tokens, num, blocks, num_lookahead_tokens=num_lookahead,
+            full_sequence_must_fit=full_sequence_must_fit,
+            delay_cache_blocks=delay_cache_blocks)
         return None if result is None else _ids(result.blocks)
 
     def set_num_computed_tokens(self, request_id: str, value: int) -> None:
@@ -78,6 +81,9 @@ class UpstreamKV:
 
     def new_step(self) -> None:
         self.manager.new_step_starts()
+
+    def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        self.manager.cache_blocks(self.requests[request_id], num_computed_tokens)
 
     def snapshot(self) -> Snapshot:
         from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id

@@ -8,12 +8,14 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_common = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "stateful_step_count": 40,
-}
-settings.register_profile("default", max_examples=200, **_common)
-settings.register_profile("nightly", max_examples=5000, **_common)
-settings.register_profile("quick", max_examples=25, **_common)
+settings.register_profile(
+    "vtwin-base",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    stateful_step_count=40,
+)
+_base = settings.get_profile("vtwin-base")
+settings.register_profile("default", parent=_base, max_examples=200)
+settings.register_profile("nightly", parent=_base, max_examples=5000)
+settings.register_profile("quick", parent=_base, max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

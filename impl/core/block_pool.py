@@ -88,9 +88,13 @@ class BlockPool:
                                  and not block_mask[index - num_cached_blocks]):
                 continue
             block_hash = block_hashes[index]
-            block.block_hash = block_hash
-            block.hash_group_id = group_id
-            hash_map.insert(block_hash, block)
+            if block.block_hash is not None and block.block_hash != block_hash:
+                # Findable so far only through a boundary inside it: keep that as secondary.
+                block.extra_hashes = [*(block.extra_hashes or ()), block.block_hash]
+            if block.block_hash != block_hash:
+                block.block_hash = block_hash
+                block.hash_group_id = group_id
+                hash_map.insert(block_hash, block)
             stored.append(block_hash)
         if self.enable_kv_cache_events and stored:
             parent = block_hashes[num_cached_blocks - 1] if num_cached_blocks > 0 else None
@@ -112,8 +116,9 @@ class BlockPool:
 
         The entry belongs to the block: evicting or resetting the block drops it too.
         """
-        if block.is_null:
-            return
+        if block.is_null or block_hash == block.block_hash or (
+                block.extra_hashes is not None and block_hash in block.extra_hashes):
+            return  # already findable under this hash
         hash_map = self.hash_map(group_id)
         if block.block_hash is None:
             block.block_hash = block_hash

@@ -96,7 +96,7 @@ def hash_block_tokens(
     return hash_fn((parent_block_hash, tuple(block_token_ids), extra_keys))
 
 
-class BlockHashesAtBlockSize:
+class BlockHashesAtBlockSize(Sequence[BlockHash]):
     """A lazy view of chained hashes at `block_size`, a multiple of the hash block size.
 
     Each chained hash already fingerprints its whole prefix, so block i of the coarser size is
@@ -112,7 +112,7 @@ class BlockHashesAtBlockSize:
     def __len__(self) -> int:
         return len(self._hashes) // self._ratio
 
-    def __getitem__(self, index: int) -> BlockHash:
+    def __getitem__(self, index: int) -> BlockHash:  # type: ignore[override]
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):

@@ -26,13 +26,22 @@ class RequestStatus(enum.IntEnum):
         return status > RequestStatus.PREEMPTED
 
 
+FINISH_REASONS: dict[RequestStatus, str] = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_IGNORED: "length",
+}
+
+
 class Request:
     __slots__ = (
         "request_id", "prompt_token_ids", "all_token_ids", "output_token_ids", "num_prompt_tokens",
         "num_computed_tokens", "block_hashes", "max_tokens", "min_tokens", "stop_token_ids",
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
-        "skip_reading_prefix_cache", "stop_reason", "_hasher",
+        "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
+        "_hasher",
     )
 
     def __init__(
@@ -75,6 +84,8 @@ class Request:
         self.num_output_placeholders = 0
         self.skip_reading_prefix_cache = skip_reading_prefix_cache
         self.stop_reason: int | None = None
+        self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 before
+        self.is_prefill_chunk = False
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:
@@ -94,6 +105,9 @@ class Request:
 
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED
+
+    def get_finished_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.status)
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         new = [token_ids] if isinstance(token_ids, int) else list(token_ids)

@@ -25,7 +25,11 @@ def make_machine(family: KVFamily) -> type[KVLockstepMachine]:
     return Machine
 
 
+def _test_case(family: KVFamily) -> type:
+    case = make_machine(family).TestCase
+    case.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
+    return case
+
+
 for _family in FAMILIES:
-    _case = make_machine(_family).TestCase
-    _case.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
-    globals()[f"TestImplKV_{_family.name}"] = _case
+    globals()[f"TestImplKV_{_family.name}"] = _test_case(_family)

@@ -1,0 +1,35 @@
+"""`AsyncScheduler`: schedules step N+1 before step N's sampled tokens are known.
+
+Each request about to produce a token gets an output *placeholder*; the next step treats the
+placeholder as a token already present. When the real tokens arrive they replace placeholders,
+and only then are the request's newly full blocks cached (their content is known).
+"""
+
+from __future__ import annotations
+
+from impl.sched.output import SchedulerOutput
+from impl.sched.request import Request, RequestStatus
+from impl.sched.scheduler import Scheduler
+
+
+class AsyncScheduler(Scheduler):
+    def _update_after_schedule(self, output: SchedulerOutput) -> None:
+        super()._update_after_schedule(output)
+        for req_id in output.num_scheduled_tokens:
+            request = self.requests[req_id]
+            drafts = output.scheduled_spec_decode_tokens.get(req_id, ())
+            if request.num_computed_tokens == (request.num_tokens + len(drafts)
+                                               + request.num_output_placeholders):
+                # This step completes the request's input: it will sample a token.
+                request.num_output_placeholders += 1 + len(drafts)
+
+    def _update_request_with_output(self, request: Request,
+                                    new_token_ids: list[int]) -> tuple[list[int], bool]:
+        status_before = request.status
+        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
+        request.num_output_placeholders -= len(new_token_ids)
+        assert request.num_output_placeholders >= 0
+        if status_before == RequestStatus.RUNNING:
+            self.kv_cache_manager.cache_blocks(
+                request, request.num_computed_tokens - request.num_output_placeholders)
+        return new_token_ids, stopped

@@ -1,0 +1,38 @@
+"""`SchedulerConfig`: the engine settings the scheduler twin runs under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    long_prefill_token_threshold: int = 0  # 0: no cap on one request's chunk
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"  # fcfs | priority
+    num_spec_tokens: int = 0  # 0: no speculative decoding
+    async_scheduling: bool = False
+    enable_prefix_caching: bool = True
+    hash_algo: str = "sha256"
+    block_size: int = 16
+    hash_block_size: int | None = None  # None: the block size
+    # Admit a waiting request only if its whole prompt fits in the free blocks, not just its
+    # first chunk (upstream 0.32's default), so chunked admission does not lead to preemption.
+    scheduler_reserve_full_isl: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
+        for name in ("long_prefill_token_threshold", "num_spec_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0 (got {getattr(self, name)})")
+        if self.policy not in ("fcfs", "priority"):
+            raise ValueError(f"policy: must be 'fcfs' or 'priority' (got {self.policy!r})")
+
+    @property
+    def effective_hash_block_size(self) -> int:
+        return self.block_size if self.hash_block_size is None else self.hash_block_size

@@ -1,0 +1,124 @@
+"""Waiting queues: FCFS (a deque) and priority (a heap).
+
+FCFS keeps arrival order and lets a preempted request jump back to the front. Priority orders
+by (priority, arrival time, request id): lower values first; "prepending" there cannot jump the
+order, so it is an ordinary insertion.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from impl.sched.request import Request
+
+
+class RequestQueue(Protocol):
+    def add_request(self, request: Request) -> None: ...
+    def pop_request(self) -> Request: ...
+    def peek_request(self) -> Request: ...
+    def prepend_request(self, request: Request) -> None: ...
+    def prepend_requests(self, requests: Iterable[Request]) -> None: ...
+    def remove_request(self, request: Request) -> None: ...
+    def remove_requests(self, requests: Iterable[Request]) -> None: ...
+    def __bool__(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Request]: ...
+
+
+class FCFSRequestQueue:
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: deque[Request] = deque()
+
+    def add_request(self, request: Request) -> None:
+        self._queue.append(request)
+
+    def pop_request(self) -> Request:
+        return self._queue.popleft()
+
+    def peek_request(self) -> Request:
+        if not self._queue:
+            raise IndexError("peek from an empty queue")
+        return self._queue[0]
+
+    def prepend_request(self, request: Request) -> None:
+        self._queue.appendleft(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        """Put `requests` at the front, keeping their order."""
+        self._queue.extendleft(reversed(list(requests)))
+
+    def remove_request(self, request: Request) -> None:
+        self._queue.remove(request)
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        doomed = set(map(id, requests))
+        if doomed:
+            self._queue = deque(r for r in self._queue if id(r) not in doomed)
+
+    def __bool__(self) -> bool:
+        return bool(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._queue)
+
+
+class PriorityRequestQueue:
+    __slots__ = ("_heap", "_counter")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, str, int, Request]] = []
+        self._counter = 0  # final tie-break: insertion order, never object identity
+
+    def add_request(self, request: Request) -> None:
+        self._counter += 1
+        heapq.heappush(self._heap, (request.priority, request.arrival_time,
+                                    request.request_id, self._counter, request))
+
+    def pop_request(self) -> Request:
+        return heapq.heappop(self._heap)[-1]
+
+    def peek_request(self) -> Request:
+        if not self._heap:
+            raise IndexError("peek from an empty queue")
+        return self._heap[0][-1]
+
+    def prepend_request(self, request: Request) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        self.remove_requests((request,))
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        doomed = set(map(id, requests))
+        if doomed:
+            self._heap = [entry for entry in self._heap if id(entry[-1]) not in doomed]
+            heapq.heapify(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Request]:
+        return (entry[-1] for entry in sorted(self._heap))
+
+
+def create_request_queue(policy: str) -> FCFSRequestQueue | PriorityRequestQueue:
+    if policy == "priority":
+        return PriorityRequestQueue()
+    if policy == "fcfs":
+        return FCFSRequestQueue()
+    raise ValueError(f"policy: unknown scheduling policy {policy!r}")

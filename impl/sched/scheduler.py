@@ -1,0 +1,249 @@
+"""`Scheduler`: decides, every step, how many tokens each request computes.
+
+There is no prefill or decode phase: each request has computed `num_computed_tokens` of its
+`num_tokens_with_spec` positions, and a step assigns tokens so requests catch up, out of one
+token budget. Running requests go first (they hold KV blocks); when one cannot get blocks the
+scheduler preempts (FCFS: the most recently admitted; priority: the least important) and
+retries. Waiting requests are admitted only in steps without preemption, so admission never
+causes the preemption churn it would otherwise feed.
+"""
+
+from __future__ import annotations
+
+from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from impl.core.specs import KVCacheConfig
+from impl.sched.config import SchedulerConfig
+from impl.sched.output import (
+    CachedRequestData,
+    NewRequestData,
+    SchedulerOutput,
+)
+from impl.sched.request import Request, RequestStatus
+from impl.sched.request_queue import (
+    FCFSRequestQueue,
+    PriorityRequestQueue,
+    create_request_queue,
+)
+from impl.sched.updates import SchedulerUpdates
+
+
+class Scheduler(SchedulerUpdates):
+    def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
+                 none_hash: bytes, log_stats: bool = True) -> None:
+        self.scheduler_config = scheduler_config
+        self.max_num_running_reqs = scheduler_config.max_num_seqs
+        self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
+        self.max_model_len = scheduler_config.max_model_len
+        self.policy = scheduler_config.policy
+        self.none_hash = none_hash
+        self.log_stats = log_stats
+        self.kv_cache_manager = KVCacheManager(
+            kv_cache_config, scheduler_config.max_model_len,
+            hash_block_size=scheduler_config.effective_hash_block_size,
+            enable_caching=scheduler_config.enable_prefix_caching, log_stats=log_stats,
+        )
+        self.requests: dict[str, Request] = {}
+        self.waiting = create_request_queue(self.policy)
+        self.skipped_waiting = create_request_queue(self.policy)
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self.prev_step_scheduled_req_ids: set[str] = set()
+        self.num_lookahead_tokens = 0
+        self.num_preemptions = 0
+
+    # -- scheduling -----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        kv = self.kv_cache_manager
+        threshold = self._prefill_threshold()
+        token_budget = self.max_num_scheduled_tokens
+        scheduled_new: list[Request] = []
+        scheduled_resumed: list[Request] = []
+        scheduled_running: list[Request] = []
+        preempted: list[Request] = []
+        new_blocks_of: dict[str, KVCacheBlocks] = {}
+        num_scheduled: dict[str, int] = {}
+        spec_tokens: dict[str, list[int]] = {}
+        kv.new_step_starts()
+
+        index = 0
+        while index < len(self.running) and token_budget > 0:
+            request = self.running[index]
+            if self._nothing_left_to_schedule(request):
+                index += 1
+                continue
+            num_new = (request.num_tokens_with_spec + request.num_output_placeholders
+                       - request.num_computed_tokens)
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, token_budget,
+                          self.max_model_len - 1 - request.num_computed_tokens)
+            if num_new <= 0:
+                index += 1
+                continue
+            while True:
+                blocks = kv.allocate_slots(request, num_new,
+                                           num_lookahead_tokens=self.num_lookahead_tokens)
+                if blocks is not None:
+                    break
+                victim = self._pick_victim()
+                if victim in scheduled_running:  # give back what the victim got this step
+                    scheduled_running.remove(victim)
+                    token_budget += num_scheduled.pop(victim.request_id)
+                    new_blocks_of.pop(victim.request_id)
+                    spec_tokens.pop(victim.request_id, None)
+                    index -= 1
+                self._preempt_request(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if blocks is None:
+                break
+            scheduled_running.append(request)
+            new_blocks_of[request.request_id] = blocks
+            num_scheduled[request.request_id] = num_new
+            token_budget -= num_new
+            index += 1
+            if request.spec_token_ids:
+                num_spec = (num_new + request.num_computed_tokens - request.num_tokens
+                            - request.num_output_placeholders)
+                if num_spec > 0:
+                    spec_tokens[request.request_id] = request.spec_token_ids[:num_spec]
+                request.spec_token_ids = []
+
+        if not preempted:
+            token_budget = self._admit_waiting(token_budget, scheduled_new, scheduled_resumed,
+                                               new_blocks_of, num_scheduled)
+
+        total = sum(num_scheduled.values())
+        assert total <= self.max_num_scheduled_tokens and token_budget >= 0
+        assert len(self.running) <= self.max_num_running_reqs
+        output = SchedulerOutput(
+            scheduled_new_reqs=[
+                NewRequestData(r.request_id, list(r.prompt_token_ids),
+                               new_blocks_of[r.request_id].get_block_ids(),
+                               r.num_computed_tokens, r.lora_name)
+                for r in scheduled_new
+            ],
+            scheduled_cached_reqs=self._make_cached_request_data(
+                scheduled_running, scheduled_resumed, new_blocks_of),
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=total,
+            scheduled_spec_decode_tokens=spec_tokens,
+            finished_req_ids=self.finished_req_ids,
+            preempted_req_ids={r.request_id for r in preempted},
+            num_common_prefix_blocks=[0] * kv.num_kv_cache_groups,
+        )
+        self._update_after_schedule(output)
+        return output
+
+    def _prefill_threshold(self) -> int:
+        """The per-request chunk cap, which only matters when requests compete: a request alone
+        in the scheduler may use the whole budget."""
+        if self.get_num_unfinished_requests() > 1:
+            return self.scheduler_config.long_prefill_token_threshold
+        return 0
+
+    def _nothing_left_to_schedule(self, request: Request) -> bool:
+        """Async scheduling: the in-flight step already reaches max_tokens (drafts rejected)."""
+        return (request.num_output_placeholders > 0
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.num_prompt_tokens + request.max_tokens)
+
+    def _admit_waiting(self, token_budget: int, scheduled_new: list[Request],
+                       scheduled_resumed: list[Request],
+                       new_blocks_of: dict[str, KVCacheBlocks],
+                       num_scheduled: dict[str, int]) -> int:
+        config = self.scheduler_config
+        kv = self.kv_cache_manager
+        threshold = self._prefill_threshold()
+        while (self.waiting or self.skipped_waiting) and token_budget > 0:
+            if len(self.running) == self.max_num_running_reqs:
+                break
+            queue = self._select_waiting_queue()
+            request = queue.peek_request()
+            if request.num_computed_tokens == 0:
+                hits, num_hit = kv.get_computed_blocks(request)
+                kv.record_prefix_cache_stats(request, num_hit)
+                num_computed = num_hit
+            else:
+                hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
+            num_new = request.num_tokens - num_computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if not config.enable_chunked_prefill and num_new > token_budget:
+                break
+            num_new = min(num_new, token_budget)
+            blocks = kv.allocate_slots(request, num_new, num_hit, hits,
+                                       num_lookahead_tokens=self.num_lookahead_tokens,
+                                       full_sequence_must_fit=config.scheduler_reserve_full_isl)
+            if blocks is None:
+                break
+            queue.pop_request()
+            self.running.append(request)
+            if request.status == RequestStatus.PREEMPTED:
+                scheduled_resumed.append(request)
+            else:
+                scheduled_new.append(request)
+            new_blocks_of[request.request_id] = kv.get_blocks(request.request_id)
+            num_scheduled[request.request_id] = num_new
+            token_budget -= num_new
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed
+        return token_budget
+
+    def _select_waiting_queue(self) -> FCFSRequestQueue | PriorityRequestQueue:
+        """FCFS drains requests skipped earlier first; priority compares the two heads."""
+        if self.policy == "fcfs":
+            return self.skipped_waiting or self.waiting
+        if self.waiting and self.skipped_waiting:
+            a, b = self.waiting.peek_request(), self.skipped_waiting.peek_request()
+            if (a.priority, a.arrival_time) < (b.priority, b.arrival_time):
+                return self.waiting
+            return self.skipped_waiting
+        return self.waiting or self.skipped_waiting
+
+    def _pick_victim(self) -> Request:
+        if self.policy == "priority":
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    def _preempt_request(self, request: Request) -> None:
+        assert request.status == RequestStatus.RUNNING
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def _make_cached_request_data(self, running: list[Request], resumed: list[Request],
+                                  new_blocks_of: dict[str, KVCacheBlocks]) -> CachedRequestData:
+        data = CachedRequestData()
+        num_running = len(running)
+        for position, request in enumerate(running + resumed):
+            req_id = request.request_id
+            data.req_ids.append(req_id)
+            if position >= num_running:
+                data.resumed_req_ids.add(req_id)
+            if req_id not in self.prev_step_scheduled_req_ids:
+                data.all_token_ids[req_id] = list(request.all_token_ids)
+            block_ids = new_blocks_of[req_id].get_block_ids()
+            data.new_block_ids.append(block_ids if any(block_ids) else None)
+            data.num_computed_tokens.append(request.num_computed_tokens)
+            data.num_output_tokens.append(request.num_output_tokens
+                                          + request.num_output_placeholders)
+        return data
+
+    def _update_after_schedule(self, output: SchedulerOutput) -> None:
+        for req_id, num in output.num_scheduled_tokens.items():
+            request = self.requests[req_id]
+            request.num_computed_tokens += num
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_tokens + request.num_output_placeholders)
+        self.prev_step_scheduled_req_ids = set(output.num_scheduled_tokens)
+        self.finished_req_ids = set()

@@ -1,0 +1,26 @@
+"""When a request stops, checked after each appended output token.
+
+Order (as upstream 0.32): EOS (unless ignore_eos), then stop token ids (even with ignore_eos),
+then the length caps (max_tokens, max_model_len). A token that is both the EOS and the last
+allowed token therefore stops with reason "stop", not "length". `min_tokens` is not checked
+here: the sampler never produces EOS or stop tokens before min_tokens outputs.
+"""
+
+from __future__ import annotations
+
+from impl.sched.request import Request, RequestStatus
+
+
+def check_stop(request: Request, max_model_len: int) -> bool:
+    last = request.output_token_ids[-1]
+    if not request.ignore_eos and last == request.eos_token_id:
+        request.status = RequestStatus.FINISHED_STOPPED
+        return True
+    if last in request.stop_token_ids:
+        request.status = RequestStatus.FINISHED_STOPPED
+        request.stop_reason = last
+        return True
+    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return True
+    return False

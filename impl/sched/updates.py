@@ -1,0 +1,145 @@
+"""The scheduler's other side: requests in, model outputs and drafts back, aborts, stats."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from impl.sched.request import Request, RequestStatus
+from impl.sched.stop import check_stop
+
+if TYPE_CHECKING:
+    from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    num_running_reqs: int
+    num_waiting_reqs: int
+    kv_cache_usage: float
+    prefix_cache_stats: PrefixCacheStats | None
+    num_preemptions: int
+
+
+class SchedulerUpdates:
+    requests: dict[str, Request]
+    running: list[Request]
+    waiting: FCFSRequestQueue | PriorityRequestQueue
+    skipped_waiting: FCFSRequestQueue | PriorityRequestQueue
+    finished_req_ids: set[str]
+    kv_cache_manager: KVCacheManager
+    max_model_len: int
+    num_preemptions: int
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request {request.request_id!r}: id already in use")
+        self.waiting.add_request(request)
+        self.requests[request.request_id] = request
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        outputs: list[EngineCoreOutput] = []
+        stopped_running: set[int] = set()
+        stopped_waiting: list[Request] = []
+        sampled = model_runner_output.sampled_token_ids
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue  # finished (aborted) while its step was in flight
+            index = model_runner_output.req_id_to_index.get(req_id)
+            generated = list(sampled[index]) if index is not None and sampled else []
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
+            if drafts and generated:
+                num_rejected = len(drafts) - (len(generated) - 1)
+                if request.num_computed_tokens > 0:
+                    request.num_computed_tokens -= num_rejected
+                if request.num_output_placeholders > 0:
+                    request.num_output_placeholders -= num_rejected
+            status_before = request.status
+            new_token_ids, stopped = (self._update_request_with_output(request, generated)
+                                      if generated else ([], False))
+            if stopped:
+                self._free_request(request)
+                if status_before == RequestStatus.RUNNING:
+                    stopped_running.add(id(request))
+                else:
+                    stopped_waiting.append(request)
+            if new_token_ids or stopped:
+                outputs.append(EngineCoreOutput(req_id, new_token_ids,
+                                                request.get_finished_reason(),
+                                                request.stop_reason))
+        if stopped_running:
+            self.running = [r for r in self.running if id(r) not in stopped_running]
+        if stopped_waiting:
+            self.waiting.remove_requests(stopped_waiting)
+        return outputs
+
+    def _update_request_with_output(self, request: Request,
+                                    new_token_ids: list[int]) -> tuple[list[int], bool]:
+        for count, token in enumerate(new_token_ids, 1):
+            request.append_output_token_ids(token)
+            if check_stop(request, self.max_model_len):
+                return new_token_ids[:count], True
+        return new_token_ids, False
+
+    def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
+        for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids,
+                                  strict=True):
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue
+            # Drafts continue the sequence; a request still mid-prefill has none to verify.
+            request.spec_token_ids = [] if request.is_prefill_chunk else list(drafts)
+
+    def finish_requests(self, request_ids: str | Iterable[str],
+                        finished_status: RequestStatus) -> list[Request]:
+        """Finish (abort) requests from outside; unknown or finished ids are ignored."""
+        assert RequestStatus.is_finished(finished_status)
+        ids = (request_ids,) if isinstance(request_ids, str) else tuple(request_ids)
+        valid = [r for r in (self.requests.get(i) for i in ids)
+                 if r is not None and not r.is_finished()]
+        running = {id(r) for r in valid if r.status == RequestStatus.RUNNING}
+        if running:
+            self.running = [r for r in self.running if id(r) not in running]
+        waiting = [r for r in valid if id(r) not in running]
+        if waiting:
+            self.waiting.remove_requests(waiting)
+            self.skipped_waiting.remove_requests(waiting)
+        for request in valid:
+            request.status = finished_status
+            self._free_request(request)
+        return valid
+
+    def _free_request(self, request: Request) -> None:
+        assert request.is_finished()
+        self.finished_req_ids.add(request.request_id)
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+
+    def get_request_counts(self) -> tuple[int, int]:
+        return len(self.running), len(self.waiting) + len(self.skipped_waiting)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.waiting) + len(self.skipped_waiting) + len(self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.get_num_unfinished_requests() > 0
+
+    def has_finished_requests(self) -> bool:
+        return len(self.finished_req_ids) > 0
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kv_cache_manager.reset_prefix_cache()
+
+    def get_kv_cache_usage(self) -> float:
+        return self.kv_cache_manager.usage
+
+    def make_stats(self) -> SchedulerStats:
+        running, waiting = self.get_request_counts()
+        return SchedulerStats(running, waiting, self.kv_cache_manager.usage,
+                              self.kv_cache_manager.make_prefix_cache_stats(),
+                              self.num_preemptions)

@@ -1,0 +1,1 @@
+"""Tests of the workloads package: format, generators, traces and CLI."""

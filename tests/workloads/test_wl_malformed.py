@@ -1,0 +1,96 @@
+"""Every malformed workload file is rejected with one line naming file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from workloads import WorkloadError, load_file
+
+HERE = Path(__file__).resolve().parent / "malformed"
+
+# file name -> (line, field or None when no single field is at fault, message substring)
+CASES: dict[str, tuple[int, str | None, str]] = {
+    "abort_before_arrival.jsonl": (3, "step", "comes before request 'r1' arrives at step 10"),
+    "abort_twice.jsonl": (4, "request_id", "already aborted on line 3"),
+    "abort_unknown_id.jsonl": (3, "request_id", "abort of unknown request 'ghost'"),
+    "arrival_ms_without_step_ms.jsonl": (2, "arrival_ms", "needs 'step_ms' in the header"),
+    "bad_hash_algo.jsonl": (1, "config.hash_algo", "got 'md5'"),
+    "bad_json.jsonl": (2, None, "invalid JSON at column 37"),
+    "bad_policy.jsonl": (1, "config.policy", "got 'lifo'"),
+    "batched_below_seqs.jsonl": (1, "config.max_num_batched_tokens", ">= max_num_seqs 64"),
+    "bool_priority.jsonl": (2, "priority", "valid integer (got True)"),
+    "both_prompt_forms.jsonl": (2, "prompt", "exactly one of 'prompt' and 'prompt_token_ids'"),
+    "duplicate_id.jsonl": (3, "request_id", "duplicate request id 'r1' (first on line 2)"),
+    "duplicate_key.jsonl": (2, "max_tokens", "key appears twice"),
+    "empty.jsonl": (1, "type", "missing header"),
+    "empty_prompt_ids.jsonl": (2, "prompt_token_ids", "at least 1 item"),
+    "eos_at_past_max_tokens.jsonl": (3, "eos_at", "past the last output index 3"),
+    "float_arrival_step.jsonl": (2, "arrival_step", "valid integer (got 1.5)"),
+    "min_over_max.jsonl": (2, "min_tokens", "9 is more than max_tokens 4"),
+    "missing_header.jsonl": (1, "type", "missing header"),
+    "missing_max_tokens.jsonl": (2, "max_tokens", "required field is missing"),
+    "nan_value.jsonl": (2, None, "NaN is not valid JSON"),
+    "negative_max_tokens.jsonl": (2, "max_tokens", "greater than or equal to 1 (got -1)"),
+    "negative_prompt_length.jsonl": (2, "prompt.length", "greater than or equal to 1 (got -5)"),
+    "no_arrival.jsonl": (2, "arrival_step", "exactly one of 'arrival_step' and 'arrival_ms'"),
+    "not_an_object.jsonl": (2, None, "must be a JSON object, got list"),
+    "not_utf8.jsonl": (2, None, "not valid UTF-8"),
+    "num_blocks_too_small.jsonl": (1, "config.num_blocks", "cannot hold one request"),
+    "plan_eos_without_eos_token.jsonl": (3, "eos_at", "has no eos_token_id"),
+    "plan_unknown_id.jsonl": (3, "request_id", "plan for unknown request 'ghost'"),
+    "prompt_too_long.jsonl": (2, "prompt.length", "exceeds config.max_model_len 2048"),
+    "second_header.jsonl": (3, "type", "a second header"),
+    "segments_longer_than_prompt.jsonl": (2, "prompt.length", "shorter than its segments"),
+    "sliding_window_missing.jsonl": (1, "config.kv_cache_groups[1]", "needs 'sliding_window'"),
+    "spec_acceptance_over_k.jsonl": (3, "spec_acceptance[1]", "exceed config.num_spec_tokens 2"),
+    "spec_acceptance_without_spec.jsonl": (3, "spec_acceptance", "spec decode is off"),
+    "string_max_tokens.jsonl": (2, "max_tokens", "valid integer (got '10')"),
+    "token_out_of_vocab.jsonl": (2, "prompt_token_ids[2]", "not below vocab_size 32000"),
+    "unknown_field.jsonl": (2, "max_token", "unknown field"),
+    "unknown_record_type.jsonl": (3, "type", "unknown record type 'pause'"),
+    "unknown_version.jsonl": (1, "version", "unsupported format version 2"),
+    "wrong_format.jsonl": (1, "format", "not a vtwin workload"),
+    "zero_segment_length.jsonl": (2, "prompt.segments[0].length", "greater than or equal to 1"),
+}
+
+
+def expected_prefix(path: Path, line: int, field: str | None) -> str:
+    return f"{path}:{line}: " + ("" if field is None else f"field '{field}': ")
+
+
+def test_corpus_is_complete() -> None:
+    on_disk = {p.name for p in HERE.iterdir() if p.is_file()}
+    assert on_disk == set(CASES)
+    assert len(CASES) >= 15
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rejected_with_line_and_field(name: str) -> None:
+    line, field, text = CASES[name]
+    path = HERE / name
+    with pytest.raises(WorkloadError) as caught:
+        load_file(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(expected_prefix(path, line, field)), message
+    assert text in message
+    assert caught.value.line == line
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cli_prints_one_line_without_traceback(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line, field, text = CASES[name]
+    path = HERE / name
+    assert main(["workloads", "show", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("vtwin: error: " + expected_prefix(path, line, field))
+    assert text in err
+    assert "Traceback" not in err

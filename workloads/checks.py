@@ -1,0 +1,281 @@
+"""Rules that relate records to each other and to the header, and the build of a `Workload`.
+
+The pydantic models only see one line at a time. Here we know every line, so each rule can
+point at the offending line and field: a duplicate request id, an abort of an id that never
+arrives or that fires before its request arrives, token ids outside the vocabulary, a prompt
+longer than `max_model_len`, or an engine config vLLM itself would refuse to start with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from workloads.errors import WorkloadError
+from workloads.model import (
+    AbortSpec,
+    EngineConfig,
+    KVCacheGroup,
+    PlanSpec,
+    PromptSpec,
+    RequestSpec,
+    Segment,
+    Workload,
+)
+from workloads.prompts import TokenSource
+from workloads.schema import (
+    AbortModel,
+    EngineConfigModel,
+    HeaderModel,
+    PlanModel,
+    RequestModel,
+)
+
+T = TypeVar("T")
+_Fail = Callable[[str, str], WorkloadError]
+
+
+@dataclass(frozen=True, slots=True)
+class Located(Generic[T]):
+    """A validated record and the line it came from."""
+
+    line: int
+    record: T
+
+
+def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> EngineConfig:
+    def fail(field: str, problem: str) -> WorkloadError:
+        return WorkloadError(source, line, f"config.{field}", problem)
+
+    if model.hash_block_size is not None and model.block_size % model.hash_block_size:
+        raise fail("hash_block_size", f"must divide block_size {model.block_size}")
+    if model.max_num_batched_tokens < model.max_num_seqs:
+        raise fail("max_num_batched_tokens", f"must be >= max_num_seqs {model.max_num_seqs}")
+    if not model.enable_chunked_prefill and model.max_num_batched_tokens < model.max_model_len:
+        raise fail(
+            "max_num_batched_tokens",
+            f"must be >= max_model_len {model.max_model_len} when chunked prefill is off",
+        )
+    needed = -(-model.max_model_len // model.block_size)
+    has_full = any(g.type == "full" for g in model.kv_cache_groups)
+    if has_full and model.num_blocks - 1 < needed:
+        raise fail(
+            "num_blocks",
+            f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
+            f"{model.max_model_len} ({needed} blocks of {model.block_size})",
+        )
+    groups = tuple(
+        KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size)
+        for g in model.kv_cache_groups
+    )
+    return EngineConfig(
+        block_size=model.block_size,
+        num_blocks=model.num_blocks,
+        max_num_seqs=model.max_num_seqs,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        max_model_len=model.max_model_len,
+        long_prefill_token_threshold=model.long_prefill_token_threshold,
+        enable_chunked_prefill=model.enable_chunked_prefill,
+        policy=model.policy,
+        enable_prefix_caching=model.enable_prefix_caching,
+        hash_algo=model.hash_algo,
+        kv_cache_groups=groups,
+        num_spec_tokens=model.num_spec_tokens,
+        async_scheduling=model.async_scheduling,
+        hash_block_size=model.hash_block_size,
+    )
+
+
+def build_workload(
+    source: str | Path,
+    header: Located[HeaderModel],
+    requests: list[Located[RequestModel]],
+    aborts: list[Located[AbortModel]],
+    plans: list[Located[PlanModel]],
+) -> Workload:
+    """Check every cross-record rule and assemble the workload in its canonical order."""
+    head = header.record
+    config = engine_config(head.config, source, header.line)
+    tokens = TokenSource(head.vocab_size, head.token_seed)
+    # Shared segments repeat across requests; building each once keeps large loads fast.
+    segments: dict[tuple[str, int], Segment] = {}
+    built: dict[str, Located[RequestSpec]] = {}
+    for item in requests:
+        first = built.get(item.record.request_id)
+        if first is not None:
+            problem = (
+                f"duplicate request id {item.record.request_id!r} (first on line {first.line})"
+            )
+            raise WorkloadError(source, item.line, "request_id", problem)
+        built[item.record.request_id] = Located(
+            item.line, _request(item, head, config, tokens, segments, source)
+        )
+    ordered = sorted(built.values(), key=lambda r: r.record.arrival_step)
+    return Workload(
+        name=head.name,
+        description=head.description,
+        config=config,
+        requests=tuple(r.record for r in ordered),
+        aborts=_aborts(aborts, built, source),
+        plans=_plans(plans, built, config, source, [r.record.request_id for r in ordered]),
+        vocab_size=head.vocab_size,
+        token_seed=head.token_seed,
+        step_ms=head.step_ms,
+    )
+
+
+def _request(
+    item: Located[RequestModel],
+    head: HeaderModel,
+    config: EngineConfig,
+    tokens: TokenSource,
+    segments: dict[tuple[str, int], Segment],
+    source: str | Path,
+) -> RequestSpec:
+    rec = item.record
+
+    def fail(field: str, problem: str) -> WorkloadError:
+        return WorkloadError(source, item.line, field, problem)
+
+    if (rec.arrival_step is None) == (rec.arrival_ms is None):
+        raise fail("arrival_step", "give exactly one of 'arrival_step' and 'arrival_ms'")
+    if rec.arrival_step is not None:
+        arrival = rec.arrival_step
+    elif head.step_ms is None:
+        raise fail("arrival_ms", "needs 'step_ms' in the header to convert times to steps")
+    else:
+        arrival = int((rec.arrival_ms or 0.0) // head.step_ms)
+    vocab = head.vocab_size
+    if (rec.prompt_token_ids is None) == (rec.prompt is None):
+        raise fail("prompt", "give exactly one of 'prompt' and 'prompt_token_ids'")
+    spec = _prompt_spec(rec, segments, fail)
+    prompt_len = len(rec.prompt_token_ids or ()) if spec is None else spec.length
+    if prompt_len > config.max_model_len:
+        problem = f"prompt of {prompt_len} tokens exceeds config.max_model_len"
+        field = "prompt_token_ids" if spec is None else "prompt.length"
+        raise fail(field, f"{problem} {config.max_model_len}")
+    if rec.prompt_token_ids is not None:
+        _check_vocab(rec.prompt_token_ids, vocab, "prompt_token_ids", fail)
+        prompt = tuple(rec.prompt_token_ids)
+    else:
+        assert spec is not None
+        prompt = tokens.expand(spec, rec.request_id)
+    if rec.min_tokens > rec.max_tokens:
+        raise fail("min_tokens", f"{rec.min_tokens} is more than max_tokens {rec.max_tokens}")
+    _check_vocab(rec.stop_token_ids, vocab, "stop_token_ids", fail)
+    if rec.eos_token_id is not None and rec.eos_token_id >= vocab:
+        raise fail("eos_token_id", f"token id {rec.eos_token_id} is not below vocab_size {vocab}")
+    return RequestSpec(
+        request_id=rec.request_id,
+        arrival_step=arrival,
+        prompt_token_ids=prompt,
+        max_tokens=rec.max_tokens,
+        min_tokens=rec.min_tokens,
+        stop_token_ids=tuple(rec.stop_token_ids),
+        eos_token_id=rec.eos_token_id,
+        ignore_eos=rec.ignore_eos,
+        priority=rec.priority,
+        cache_salt=rec.cache_salt,
+        lora_name=rec.lora_name,
+        prompt_spec=spec,
+    )
+
+
+def _prompt_spec(
+    rec: RequestModel, pool: dict[tuple[str, int], Segment], fail: _Fail
+) -> PromptSpec | None:
+    if rec.prompt is None:
+        return None
+    segments = tuple(
+        pool.get((s.key, s.length)) or pool.setdefault((s.key, s.length), Segment(s.key, s.length))
+        for s in rec.prompt.segments
+    )
+    covered = sum(s.length for s in segments)
+    if rec.prompt.length is None and not segments:
+        raise fail("prompt.length", "required when the prompt has no segments")
+    length = covered if rec.prompt.length is None else rec.prompt.length
+    if length < covered:
+        raise fail("prompt.length", f"{length} is shorter than its segments ({covered})")
+    return PromptSpec(length, segments)
+
+
+def _check_vocab(ids: list[int], vocab: int, field: str, fail: _Fail) -> None:
+    if ids and max(ids) >= vocab:
+        index = next(i for i, t in enumerate(ids) if t >= vocab)
+        raise fail(f"{field}[{index}]", f"token id {ids[index]} is not below vocab_size {vocab}")
+
+
+def _aborts(
+    aborts: list[Located[AbortModel]],
+    requests: dict[str, Located[RequestSpec]],
+    source: str | Path,
+) -> tuple[AbortSpec, ...]:
+    seen: dict[str, int] = {}
+    out: list[AbortSpec] = []
+    for item in aborts:
+        rid = item.record.request_id
+        target = requests.get(rid)
+        if target is None:
+            raise WorkloadError(
+                source, item.line, "request_id", f"abort of unknown request {rid!r}"
+            )
+        if rid in seen:
+            problem = f"request {rid!r} is already aborted on line {seen[rid]}"
+            raise WorkloadError(source, item.line, "request_id", problem)
+        seen[rid] = item.line
+        if item.record.step < target.record.arrival_step:
+            problem = (
+                f"abort at step {item.record.step} comes before request {rid!r} arrives "
+                f"at step {target.record.arrival_step} (line {target.line})"
+            )
+            raise WorkloadError(source, item.line, "step", problem)
+        out.append(AbortSpec(rid, item.record.step))
+    out.sort(key=lambda a: a.step)
+    return tuple(out)
+
+
+def _plans(
+    plans: list[Located[PlanModel]],
+    requests: dict[str, Located[RequestSpec]],
+    config: EngineConfig,
+    source: str | Path,
+    order: list[str],
+) -> tuple[PlanSpec, ...]:
+    found: dict[str, Located[PlanSpec]] = {}
+    for item in plans:
+        rec = item.record
+
+        def fail(field: str, problem: str, line: int = item.line) -> WorkloadError:
+            return WorkloadError(source, line, field, problem)
+
+        target = requests.get(rec.request_id)
+        if target is None:
+            raise fail("request_id", f"plan for unknown request {rec.request_id!r}")
+        if rec.request_id in found:
+            first = found[rec.request_id].line
+            raise fail(
+                "request_id", f"request {rec.request_id!r} already has a plan on line {first}"
+            )
+        if rec.eos_at is None and rec.spec_acceptance is None:
+            raise fail("eos_at", "a plan needs 'eos_at' or 'spec_acceptance'")
+        req = target.record
+        if rec.eos_at is not None:
+            if req.eos_token_id is None:
+                raise fail("eos_at", f"request {req.request_id!r} has no eos_token_id to emit")
+            if rec.eos_at >= req.max_tokens:
+                problem = f"{rec.eos_at} is past the last output index {req.max_tokens - 1}"
+                raise fail("eos_at", problem)
+        acceptance = None
+        if rec.spec_acceptance is not None:
+            k = config.num_spec_tokens
+            if k == 0:
+                raise fail("spec_acceptance", "config.num_spec_tokens is 0 (spec decode is off)")
+            for index, accepted in enumerate(rec.spec_acceptance):
+                if accepted > k:
+                    problem = f"{accepted} accepted drafts exceed config.num_spec_tokens {k}"
+                    raise fail(f"spec_acceptance[{index}]", problem)
+            acceptance = tuple(rec.spec_acceptance)
+        found[rec.request_id] = Located(item.line, PlanSpec(rec.request_id, rec.eos_at, acceptance))
+    return tuple(found[rid].record for rid in order if rid in found)

@@ -1,0 +1,72 @@
+"""Generator families: seeded, scalable workloads shaped to exercise one scheduler behaviour.
+
+Each family is a function ``(seed, scale, name) -> Workload``. The seed picks the random
+stream (and the token content); the scale multiplies the number of requests, conversations or
+sessions while lengths and engine config stay put, so a scale-1 workload stays small enough to
+run against upstream vLLM in CI (tens of requests, a few hundred steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from conformance.errors import UserError
+from workloads.generators import (
+    bursty,
+    decode_heavy,
+    hybrid,
+    long_context,
+    preemption_storm,
+    prefix_sharing,
+    priority_mix,
+    sessions,
+    spec_decode,
+)
+from workloads.generators.common import workload_name
+from workloads.model import Workload
+
+MAX_SCALE = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    summary: str
+    make: Callable[[int, float, str], Workload]
+
+
+FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            Family(decode_heavy.FAMILY, decode_heavy.SUMMARY, decode_heavy.generate),
+            Family(prefix_sharing.FAMILY, prefix_sharing.SUMMARY, prefix_sharing.generate),
+            Family(long_context.FAMILY, long_context.SUMMARY, long_context.generate),
+            Family(preemption_storm.FAMILY, preemption_storm.SUMMARY, preemption_storm.generate),
+            Family(priority_mix.FAMILY, priority_mix.SUMMARY, priority_mix.generate),
+            Family(spec_decode.FAMILY, spec_decode.SUMMARY, spec_decode.generate),
+            Family(hybrid.FAMILY, hybrid.SUMMARY, hybrid.generate),
+            Family(
+                sessions.CONVERSATION_FAMILY, sessions.CONVERSATION_SUMMARY, sessions.conversations
+            ),
+            Family(sessions.AGENT_FAMILY, sessions.AGENT_SUMMARY, sessions.agents),
+            Family(bursty.FAMILY, bursty.SUMMARY, bursty.generate),
+        )
+    }
+)
+
+
+def generate(family: str, seed: int = 0, scale: float = 1.0) -> Workload:
+    """A workload of `family`; the same arguments always give the same workload."""
+    found = FAMILIES.get(family)
+    if found is None:
+        known = ", ".join(FAMILIES)
+        raise UserError(f"unknown generator family {family!r} (known: {known})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    if not math.isfinite(scale) or not 0 < scale <= MAX_SCALE:
+        raise UserError(f"scale must be a number in (0, {MAX_SCALE:g}], got {scale!r}")
+    return found.make(seed, float(scale), workload_name(family, seed, float(scale)))

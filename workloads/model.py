@@ -1,0 +1,190 @@
+"""The in-memory form of a workload: what the scheduler twin and the harness consume.
+
+Every record is a frozen, slotted dataclass so a loaded workload can be shared between the twin
+and the upstream oracle without either side mutating what the other sees. Prompts are already
+expanded to concrete token ids; the compact spec they came from is kept alongside (`prompt_spec`)
+only so that `dump` can write the same small file back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
+Policy = Literal["fcfs", "priority"]
+HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
+
+DEFAULT_VOCAB_SIZE = 32000
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroup:
+    """One KV-cache group: the attention kind shared by a set of layers.
+
+    Only the field that belongs to `type` is set (`sliding_window` for sliding windows,
+    `attention_chunk_size` for chunked local attention); the schema enforces that.
+    """
+
+    type: KVCacheGroupType = "full"
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.sliding_window is not None:
+            out["sliding_window"] = self.sliding_window
+        if self.attention_chunk_size is not None:
+            out["attention_chunk_size"] = self.attention_chunk_size
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The engine settings a workload is meant to run under.
+
+    `num_blocks` counts the null block 0, so `num_blocks - 1` blocks are usable, exactly as in
+    vLLM's block pool. `long_prefill_token_threshold == 0` and `num_spec_tokens == 0` mean off.
+    `hash_block_size` of None means "same as block_size".
+    """
+
+    block_size: int = 16
+    num_blocks: int = 1025
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+    policy: Policy = "fcfs"
+    enable_prefix_caching: bool = True
+    hash_algo: HashAlgo = "sha256"
+    kv_cache_groups: tuple[KVCacheGroup, ...] = (KVCacheGroup(),)
+    num_spec_tokens: int = 0
+    async_scheduling: bool = False
+    hash_block_size: int | None = None
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+    @property
+    def effective_hash_block_size(self) -> int:
+        return self.block_size if self.hash_block_size is None else self.hash_block_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "num_blocks": self.num_blocks,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_model_len": self.max_model_len,
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "policy": self.policy,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "hash_algo": self.hash_algo,
+            "kv_cache_groups": [g.to_dict() for g in self.kv_cache_groups],
+            "num_spec_tokens": self.num_spec_tokens,
+            "async_scheduling": self.async_scheduling,
+            "hash_block_size": self.hash_block_size,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A named run of tokens. Equal keys give equal tokens, which is how prompts share prefixes.
+
+    A shorter segment with the same key is a prefix of a longer one.
+    """
+
+    key: str
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSpec:
+    """A compact prompt: `segments` in order, then unique filler up to `length` tokens.
+
+    The filler is keyed by the request id, so it is shared with no other request.
+    """
+
+    length: int
+    segments: tuple[Segment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request arrival. `arrival_step` is the engine step at which it is added."""
+
+    request_id: str
+    arrival_step: int
+    prompt_token_ids: tuple[int, ...] = field(repr=False)
+    max_tokens: int
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    eos_token_id: int | None = None
+    ignore_eos: bool = False
+    priority: int = 0
+    cache_salt: str | None = None
+    lora_name: str | None = None
+    prompt_spec: PromptSpec | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class AbortSpec:
+    """The client aborts `request_id` at engine step `step` (no earlier than its arrival)."""
+
+    request_id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSpec:
+    """What the token model does for one request.
+
+    `eos_at` is the output index at which the model emits the EOS token (None: never).
+    `spec_acceptance[i]` is how many draft tokens the verifier accepts at the i-th decode step;
+    steps past the end accept none.
+    """
+
+    request_id: str
+    eos_at: int | None = None
+    spec_acceptance: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A complete workload: engine config plus the timeline of client events.
+
+    `requests` are sorted by arrival step (ties keep file order), `plans` follow request order
+    and `aborts` are sorted by step. `step_ms`, when set, is how many milliseconds one engine
+    step stands for; it only matters for reporting rates and for `arrival_ms` in files.
+    """
+
+    name: str
+    description: str
+    config: EngineConfig
+    requests: tuple[RequestSpec, ...]
+    aborts: tuple[AbortSpec, ...] = ()
+    plans: tuple[PlanSpec, ...] = ()
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    token_seed: int = 0
+    step_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        steps = [r.arrival_step for r in self.requests]
+        if steps != sorted(steps):
+            raise ValueError("Workload.requests must be sorted by arrival_step")
+
+    def plan_for(self, request_id: str) -> PlanSpec | None:
+        for plan in self.plans:
+            if plan.request_id == request_id:
+                return plan
+        return None
+
+    def plans_by_request(self) -> dict[str, PlanSpec]:
+        return {p.request_id: p for p in self.plans}

@@ -1,0 +1,128 @@
+"""The workload file format, version 1, as pydantic models.
+
+A workload file is JSON Lines. Line 1 is the header; every later line is one event record whose
+``type`` is ``request``, ``abort`` or ``plan``. The models check shapes, types and ranges; rules
+that relate records to each other or to the header (duplicate ids, token ids below the
+vocabulary size, aborts after arrival) live in `workloads.checks`, which knows the line numbers.
+
+The models are strict: ``"5"`` is not an int, ``true`` is not 1 and unknown fields are errors,
+because a typo in a hand-written case should fail loudly rather than fall back to a default.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FORMAT_NAME = "vtwin-workload"
+FORMAT_VERSION = 1
+RECORD_TYPES = ("request", "abort", "plan")
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class KVCacheGroupModel(_Strict):
+    type: Literal["full", "sliding_window", "chunked_local", "mamba"]
+    sliding_window: PosInt | None = None
+    attention_chunk_size: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_type(self) -> KVCacheGroupModel:
+        wants_window = self.type == "sliding_window"
+        wants_chunk = self.type == "chunked_local"
+        if wants_window != (self.sliding_window is not None):
+            verb = "needs" if wants_window else "must not set"
+            raise ValueError(f"a {self.type!r} group {verb} 'sliding_window'")
+        if wants_chunk != (self.attention_chunk_size is not None):
+            verb = "needs" if wants_chunk else "must not set"
+            raise ValueError(f"a {self.type!r} group {verb} 'attention_chunk_size'")
+        return self
+
+
+def _one_full_group() -> list[KVCacheGroupModel]:
+    return [KVCacheGroupModel(type="full")]
+
+
+class EngineConfigModel(_Strict):
+    block_size: PosInt = 16
+    num_blocks: Annotated[int, Field(ge=2)] = 1025
+    max_num_seqs: PosInt = 16
+    max_num_batched_tokens: PosInt = 2048
+    max_model_len: PosInt = 2048
+    long_prefill_token_threshold: NonNegInt = 0
+    enable_chunked_prefill: bool = True
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    enable_prefix_caching: bool = True
+    hash_algo: Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"] = "sha256"
+    kv_cache_groups: Annotated[list[KVCacheGroupModel], Field(min_length=1)] = Field(
+        default_factory=_one_full_group
+    )
+    num_spec_tokens: NonNegInt = 0
+    async_scheduling: bool = False
+    hash_block_size: PosInt | None = None
+
+
+class HeaderModel(_Strict):
+    type: Literal["header"]
+    format: Literal["vtwin-workload"]
+    version: Literal[1]
+    name: Name
+    description: Annotated[str, Field(max_length=4096)] = ""
+    vocab_size: Annotated[int, Field(ge=2, le=1 << 31)] = 32000
+    token_seed: NonNegInt = 0
+    step_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    config: EngineConfigModel = Field(default_factory=EngineConfigModel)
+
+
+class SegmentModel(_Strict):
+    key: Name
+    length: PosInt
+
+
+class PromptSpecModel(_Strict):
+    length: PosInt | None = None
+    segments: list[SegmentModel] = Field(default_factory=list)
+
+
+class RequestModel(_Strict):
+    type: Literal["request"]
+    request_id: Name
+    arrival_step: NonNegInt | None = None
+    arrival_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    prompt_token_ids: Annotated[list[NonNegInt], Field(min_length=1)] | None = None
+    prompt: PromptSpecModel | None = None
+    max_tokens: PosInt
+    min_tokens: NonNegInt = 0
+    stop_token_ids: list[NonNegInt] = Field(default_factory=list)
+    eos_token_id: NonNegInt | None = None
+    ignore_eos: bool = False
+    priority: int = 0
+    cache_salt: Annotated[str, Field(min_length=1)] | None = None
+    lora_name: Name | None = None
+
+
+class AbortModel(_Strict):
+    type: Literal["abort"]
+    request_id: Name
+    step: NonNegInt
+
+
+class PlanModel(_Strict):
+    type: Literal["plan"]
+    request_id: Name
+    eos_at: NonNegInt | None = None
+    spec_acceptance: list[NonNegInt] | None = None
+
+
+RecordModel = RequestModel | AbortModel | PlanModel
+RECORD_MODELS: MappingProxyType[str, type[RecordModel]] = MappingProxyType(
+    {"request": RequestModel, "abort": AbortModel, "plan": PlanModel}
+)
