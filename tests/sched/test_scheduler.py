@@ -1,0 +1,148 @@
+from impl.sched.output import DraftTokenIds
+from impl.sched.request import RequestStatus
+from tests.sched.helpers import EOS, make_request, make_scheduler, scheduled, step
+
+
+def test_running_first_then_waiting_within_one_token_budget() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=48)
+    scheduler.add_request(make_request("a", range(100, 140)))
+    scheduler.add_request(make_request("b", range(200, 240)))
+    out, _ = step(scheduler)
+    assert scheduled(out) == {"a": 40, "b": 8}
+    out, _ = step(scheduler)
+    assert scheduled(out) == {"a": 1, "b": 32}
+
+
+def test_long_prefill_threshold_only_caps_when_requests_compete() -> None:
+    alone = make_scheduler(long_prefill_token_threshold=16)
+    alone.add_request(make_request("a", range(100, 190)))
+    assert scheduled(step(alone)[0]) == {"a": 90}
+    pair = make_scheduler(long_prefill_token_threshold=16)
+    pair.add_request(make_request("a", range(100, 190)))
+    pair.add_request(make_request("b", range(200, 205)))
+    assert scheduled(step(pair)[0]) == {"a": 16, "b": 5}
+
+
+def test_max_num_seqs_limits_admission() -> None:
+    scheduler = make_scheduler(max_num_seqs=2)
+    for name in "abc":
+        scheduler.add_request(make_request(name, range(10)))
+    assert set(scheduled(step(scheduler)[0])) == {"a", "b"}
+    assert scheduler.get_request_counts() == (2, 1)
+
+
+def test_full_prompt_must_fit_before_a_chunked_admission() -> None:
+    # 11 usable blocks; "a" holds 3; "b"'s 150-token prompt needs 10 blocks: refused,
+    # although its first 31-token chunk would fit.
+    scheduler = make_scheduler(num_blocks=12, max_num_batched_tokens=32)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=50))
+    step(scheduler)
+    scheduler.add_request(make_request("b", range(300, 450)))
+    assert scheduled(step(scheduler)[0]) == {"a": 1}
+    assert scheduler.get_request_counts() == (1, 1)
+
+
+def test_fcfs_preempts_the_most_recently_admitted_request() -> None:
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64)  # 4 usable blocks
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=40))
+    scheduler.add_request(make_request("b", range(200, 232), max_tokens=40))
+    assert scheduled(step(scheduler)[0]) == {"a": 32, "b": 32}
+    out, _ = step(scheduler)  # "a" needs a 3rd block; none is free: "b" is preempted
+    assert out.preempted_req_ids == {"b"} and scheduled(out) == {"a": 1}
+    assert scheduler.requests["b"].status == RequestStatus.PREEMPTED
+    assert scheduler.requests["b"].num_computed_tokens == 0
+
+
+def test_priority_preempts_the_least_important_request() -> None:
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64, policy="priority")
+    scheduler.add_request(make_request("low", range(100, 132), priority=5, max_tokens=40))
+    scheduler.add_request(make_request("high", range(200, 232), priority=0, max_tokens=40))
+    step(scheduler)
+    out, _ = step(scheduler)
+    assert out.preempted_req_ids == {"low"} and scheduled(out) == {"high": 1}
+
+
+def test_resumed_request_gets_its_full_token_ids_again() -> None:
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=3))
+    scheduler.add_request(make_request("b", range(200, 232), max_tokens=40))
+    step(scheduler)
+    step(scheduler)  # "b" preempted
+    while "a" in scheduler.requests:
+        step(scheduler)
+    out, _ = step(scheduler)
+    cached = out.scheduled_cached_reqs
+    assert cached.resumed_req_ids == {"b"} and "b" in cached.all_token_ids
+
+
+def test_prefix_hit_skips_cached_tokens() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("a", range(100, 150)))
+    step(scheduler)
+    scheduler.add_request(make_request("b", range(100, 150)))
+    out, _ = step(scheduler)
+    (new,) = out.scheduled_new_reqs
+    assert new.num_computed_tokens == 48 and scheduled(out)["b"] == 2
+
+
+def test_stop_order_eos_then_stop_ids_then_length() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("eos-last", range(10), max_tokens=1))
+    scheduler.add_request(make_request("ignored", range(10), max_tokens=2, ignore_eos=True))
+    scheduler.add_request(make_request("stop-id", range(10), stop_token_ids=[EOS],
+                                       ignore_eos=True))
+    _, results = step(scheduler, token=lambda _: [EOS])
+    reasons = {r.request_id: (r.finish_reason, r.stop_reason) for r in results}
+    assert reasons == {"eos-last": ("stop", None), "ignored": (None, None),
+                       "stop-id": ("stop", EOS)}
+
+
+def test_max_model_len_caps_the_sequence() -> None:
+    scheduler = make_scheduler(max_model_len=12)
+    scheduler.add_request(make_request("a", range(10), max_tokens=100))
+    step(scheduler)
+    _, results = step(scheduler)
+    assert results[-1].finish_reason == "length"
+
+
+def test_abort_frees_blocks_and_is_reported_next_step() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("a", range(40)))
+    step(scheduler)
+    free_before = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    scheduler.finish_requests("a", RequestStatus.FINISHED_ABORTED)
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_before + 3
+    out, _ = step(scheduler)
+    assert out.finished_req_ids == {"a"} and not scheduler.has_unfinished_requests()
+
+
+def test_rejected_drafts_are_clawed_back() -> None:
+    scheduler = make_scheduler(num_spec_tokens=3)
+    scheduler.add_request(make_request("a", range(10)))
+    step(scheduler)
+    scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51, 52]]))
+    out = scheduler.schedule()
+    assert out.scheduled_spec_decode_tokens == {"a": [50, 51, 52]} and scheduled(out) == {"a": 4}
+    from impl.sched.output import ModelRunnerOutput
+
+    scheduler.update_from_output(out, ModelRunnerOutput(["a"], {"a": 0}, [[50, 9]]))
+    request = scheduler.requests["a"]
+    # 10 prompt + 1 + (1 accepted + 1 bonus) tokens; 2 of the 3 drafts were rejected.
+    assert request.num_tokens == 13 and request.num_computed_tokens == 12
+
+
+def test_drafts_for_a_request_still_in_prefill_are_dropped() -> None:
+    scheduler = make_scheduler(num_spec_tokens=2, max_num_batched_tokens=16)
+    scheduler.add_request(make_request("a", range(40)))
+    step(scheduler)
+    scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51]]))
+    assert scheduler.requests["a"].spec_token_ids == []
+
+
+def test_async_scheduler_uses_output_placeholders() -> None:
+    scheduler = make_scheduler(asynchronous=True)
+    scheduler.add_request(make_request("a", range(10), max_tokens=3))
+    first = scheduler.schedule()
+    second = scheduler.schedule()  # before the first step's token is known
+    assert scheduled(first) == {"a": 10} and scheduled(second) == {"a": 1}
+    assert scheduler.requests["a"].num_output_placeholders == 2
