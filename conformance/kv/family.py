@@ -30,6 +30,9 @@ class KVFamily:
     hash_algo: str = "sha256"
     hash_block_size: int | None = None
     max_model_len: int = 4096
+    # Sparse prefix-cache retention for sliding-window/mamba groups (None: dense; 0: the
+    # engine default, keep only what a replay of the prompt can reach).
+    retention_interval: int | None = None
 
     @property
     def scheduler_block_size(self) -> int:
@@ -57,6 +60,12 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("full_chunked_local", (GroupShape("full", 16), GroupShape("chunked_local", 16, 64)),
              num_blocks=40),
     KVFamily("full_mamba", (GroupShape("full", 16), GroupShape("mamba", 16)), num_blocks=40),
+    # The engine's default retention (0): hybrid groups keep only the prompt-replay tail.
+    KVFamily("sliding_window_retention0",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
+             retention_interval=0),
+    KVFamily("mamba_retention0", (GroupShape("full", 16), GroupShape("mamba", 16)),
+             num_blocks=40, retention_interval=0),
     # Hashes at 16 tokens, full-attention blocks of 32: a group block holds two hash blocks.
     KVFamily("hash_block_smaller", (GroupShape("full", 32), GroupShape("sliding_window", 16, 48)),
              num_blocks=40),

@@ -60,7 +60,9 @@ class ImplKV:
         groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(g))
                        for i, g in enumerate(family.groups))
         self.manager = KVCacheManager(
-            KVCacheConfig(family.num_blocks, groups), family.max_model_len,
+            KVCacheConfig(family.num_blocks, groups,
+                          prefix_cache_retention_interval=family.retention_interval),
+            family.max_model_len,
             hash_block_size=family.effective_hash_block_size,
             enable_caching=family.enable_caching, log_stats=True,
         )

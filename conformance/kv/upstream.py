@@ -22,7 +22,8 @@ class UpstreamKV:
                   for i, g in enumerate(family.groups)]
         config = KVCacheConfig(num_blocks=family.num_blocks, kv_cache_tensors=[],
                                kv_cache_groups=groups,
-                               hash_block_size=family.effective_hash_block_size)
+                               hash_block_size=family.effective_hash_block_size,
+                               prefix_cache_retention_interval=family.retention_interval)
         self.manager = KVCacheManager(
             config, max_model_len=family.max_model_len,
             scheduler_block_size=family.scheduler_block_size,

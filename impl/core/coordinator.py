@@ -72,6 +72,7 @@ class KVCacheCoordinator:
         ]
         for manager in self.managers:
             manager.hash_block_size = hash_block_size
+            manager.retention_interval = kv_cache_config.prefix_cache_retention_interval
         sizes = kv_cache_config.block_sizes
         self.scheduler_block_size = math.lcm(*sizes) if sizes else hash_block_size
         if len(self.managers) > 1:

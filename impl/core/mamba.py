@@ -28,6 +28,13 @@ class MambaManager(SingleTypeKVCacheManager):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.cached_this_step: set[int] = set()
 
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             num_prompt_tokens: int) -> list[bool] | None:
+        """A hit needs one state; with sparse retention only the prompt replay's is kept."""
+        if self.retention_interval == 0:
+            return self.replay_tail_mask(start_block, end_block, num_prompt_tokens, 1)
+        return None
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)
 

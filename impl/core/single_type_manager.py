@@ -54,6 +54,8 @@ class SingleTypeKVCacheManager:
         self.tail_registered: set[str] = set()
         # Granularity of prefix-cache hits (set by the coordinator; the lcm in hybrid models).
         self.cache_hit_alignment = self.block_size
+        # None: cache every block that could serve a hit; 0: only what a prompt replay reaches.
+        self.retention_interval: int | None = None
 
     # -- sizing ----------------------------------------------------------------------------
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -134,13 +136,27 @@ class SingleTypeKVCacheManager:
             self.req_to_blocks[request_id], block_hashes, num_cached, num_full,
             self.kv_cache_group_id, block_size=self.block_size,
             token_ids=request.all_token_ids, lora_name=request.lora_name,
-            block_mask=self.reachable_block_mask(num_cached, num_full),
+            block_mask=self.reachable_block_mask(num_cached, num_full, request.num_prompt_tokens),
         )
         self.num_cached_block[request_id] = num_full
 
-    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
-        """Which of blocks [start, end) can ever serve a prefix hit; None means all of them."""
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             num_prompt_tokens: int) -> list[bool] | None:
+        """Which of blocks [start, end) are worth indexing; None means all of them."""
         return None
+
+    def replay_tail_mask(self, start_block: int, end_block: int, num_prompt_tokens: int,
+                         needed: int) -> list[bool]:
+        """Sparse retention: keep only the `needed` blocks ending at the replay boundary.
+
+        A request resending the prompt hits at most num_prompt_tokens - 1 tokens, aligned down
+        to the hit alignment; a group that needs only the tail before a hit point must keep
+        just that tail for the replay to hit.
+        """
+        alignment = self.cache_hit_alignment
+        boundary_block = (num_prompt_tokens - 1) // alignment * alignment // self.block_size
+        first = boundary_block - needed
+        return [first <= i < boundary_block for i in range(start_block, end_block)]
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the blocks this type no longer needs, replacing them by the null block.

@@ -22,11 +22,14 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
         return cdiv(self.kv_cache_spec.sliding_window - 1, self.block_size)
 
-    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             num_prompt_tokens: int) -> list[bool] | None:
         """A hit at an aligned length L needs only the window's blocks just before L, so block
         i is worth caching iff some aligned boundary lies in (i, i + needed] blocks."""
-        per_alignment = self.cache_hit_alignment // self.block_size
         needed = self.blocks_needed_for_hit()
+        if self.retention_interval == 0:
+            return self.replay_tail_mask(start_block, end_block, num_prompt_tokens, needed)
+        per_alignment = self.cache_hit_alignment // self.block_size
         if per_alignment <= needed:
             return None
         return [(i + needed) // per_alignment > i // per_alignment

@@ -116,11 +116,19 @@ class KVCacheGroupSpec:
 
 @dataclass(frozen=True, slots=True)
 class KVCacheConfig:
+    """`prefix_cache_retention_interval` applies to sliding-window and mamba groups: None caches
+    every block that could serve a hit; 0 (the engine default) only the blocks a replay of the
+    prompt can reach."""
+
     num_blocks: int
     kv_cache_groups: tuple[KVCacheGroupSpec, ...] = field(default_factory=tuple)
+    prefix_cache_retention_interval: int | None = None
 
     def __post_init__(self) -> None:
         _require(self.num_blocks >= 1, "num_blocks", f"must be >= 1 (got {self.num_blocks})")
+        retention = self.prefix_cache_retention_interval
+        _require(retention is None or retention == 0, "prefix_cache_retention_interval",
+                 f"only None (dense) and 0 (replay boundary) are supported (got {retention})")
 
     @property
     def block_sizes(self) -> list[int]:
