@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from impl.core.block import KVCacheBlock
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
+from impl.core.full_attention import FullAttentionManager
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig
 
@@ -47,7 +48,7 @@ class PrefixCacheStats:
 
 
 class KVCacheBlocks:
-    """One allocation result: a list of blocks per KV-cache group."""
+    """One allocation result: a list of blocks per KV-cache group (treat as read-only)."""
 
     __slots__ = ("blocks",)
 
@@ -56,6 +57,13 @@ class KVCacheBlocks:
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         return tuple([block.block_id for block in group] for group in self.blocks)
+
+    def get_block_ids_or_none(self) -> tuple[list[int], ...] | None:
+        """Block ids per group, or None when no group got any block."""
+        for group in self.blocks:
+            if group:
+                return self.get_block_ids()
+        return None
 
     def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
         return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
@@ -91,6 +99,10 @@ class KVCacheManager:
         self.kv_cache_config = kv_cache_config
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         self._empty = KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+        # The common case gets a short path: one full-attention group (no blocks ever skipped,
+        # hashes at the block size). See `_allocate_running_full`.
+        only = self.coordinator.managers[0] if self.num_kv_cache_groups == 1 else None
+        self._single_full = only if isinstance(only, FullAttentionManager) else None
 
     @property
     def usage(self) -> float:
@@ -139,6 +151,13 @@ class KVCacheManager:
 
         On None nothing changed, so the caller can preempt and retry.
         """
+        single = self._single_full
+        if (single is not None and new_computed_blocks is None
+                and num_external_computed_tokens == 0 and not full_sequence_must_fit):
+            blocks = single.req_to_blocks.get(request.request_id)
+            if blocks is not None and request.request_id in single.num_cached_block:
+                return self._allocate_running_full(single, blocks, request, num_new_tokens,
+                                                   num_lookahead_tokens, delay_cache_blocks)
         coordinator = self.coordinator
         computed = (new_computed_blocks.blocks if new_computed_blocks is not None
                     else self._empty.blocks)
@@ -169,6 +188,39 @@ class KVCacheManager:
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(num_tokens_main, request.num_tokens))
         return KVCacheBlocks(new_blocks)
+
+    def _allocate_running_full(
+        self, manager: FullAttentionManager, blocks: list[KVCacheBlock], request: Request,
+        num_new_tokens: int, num_lookahead_tokens: int, delay_cache_blocks: bool,
+    ) -> KVCacheBlocks | None:
+        """`allocate_slots` for a running request of a single full-attention group.
+
+        The same computation as the general path with everything that cannot apply removed:
+        no blocks are skipped, there are no new prefix hits, hashes are at the block size.
+        """
+        max_model_len = self.max_model_len
+        total_computed = min(request.num_computed_tokens, max_model_len)
+        num_tokens_main = total_computed + num_new_tokens
+        need = min(num_tokens_main + num_lookahead_tokens, max_model_len)
+        block_size = manager.block_size
+        num_new_blocks = -(-need // block_size) - len(blocks)
+        if num_new_blocks > 0:
+            pool = self.block_pool
+            if num_new_blocks > pool.free_block_queue.num_free_blocks:
+                return None
+            new_blocks = pool.get_new_blocks(num_new_blocks)
+            blocks.extend(new_blocks)
+            if manager.record_new_block_ids:
+                manager.new_block_ids.extend(block.block_id for block in new_blocks)
+            result = KVCacheBlocks((new_blocks,))
+        else:
+            result = self._empty
+        if self.enable_caching and not delay_cache_blocks:
+            num_tokens = request.num_tokens
+            num_full = (num_tokens_main if num_tokens_main < num_tokens else num_tokens) // block_size
+            if num_full > manager.num_cached_block[request.request_id]:
+                manager.cache_blocks(request, request.block_hashes, num_full * block_size)
+        return result
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)

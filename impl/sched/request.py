@@ -109,6 +109,16 @@ class Request:
     def get_finished_reason(self) -> str | None:
         return FINISH_REASONS.get(self.status)
 
+    def append_output_token(self, token_id: int) -> None:
+        """One sampled token: the hot path of every decode step."""
+        self.output_token_ids.append(token_id)
+        all_token_ids = self.all_token_ids
+        all_token_ids.append(token_id)
+        hasher = self._hasher
+        if hasher is not None and len(all_token_ids) >= (
+                len(self.block_hashes) + 1) * hasher.hash_block_size:
+            self.block_hashes.extend(hasher(self))
+
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
         self.output_token_ids.extend(new)

@@ -65,18 +65,24 @@ class Scheduler(SchedulerUpdates):
         spec_tokens: dict[str, list[int]] = {}
         kv.new_step_starts()
 
+        running = self.running
+        max_model_len = self.max_model_len
         index = 0
-        while index < len(self.running) and token_budget > 0:
-            request = self.running[index]
-            if self._nothing_left_to_schedule(request):
+        while index < len(running) and token_budget > 0:
+            request = running[index]
+            placeholders = request.num_output_placeholders
+            if placeholders and self._nothing_left_to_schedule(request):
                 index += 1
                 continue
-            num_new = (request.num_tokens_with_spec + request.num_output_placeholders
-                       - request.num_computed_tokens)
+            num_computed = request.num_computed_tokens
+            num_new = (len(request.all_token_ids) + len(request.spec_token_ids) + placeholders
+                       - num_computed)
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = min(num_new, token_budget,
-                          self.max_model_len - 1 - request.num_computed_tokens)
+            if num_new > token_budget:
+                num_new = token_budget
+            if num_new > max_model_len - 1 - num_computed:
+                num_new = max_model_len - 1 - num_computed
             if num_new <= 0:
                 index += 1
                 continue
@@ -232,8 +238,7 @@ class Scheduler(SchedulerUpdates):
                 data.resumed_req_ids.add(req_id)
             if req_id not in self.prev_step_scheduled_req_ids:
                 data.all_token_ids[req_id] = list(request.all_token_ids)
-            block_ids = new_blocks_of[req_id].get_block_ids()
-            data.new_block_ids.append(block_ids if any(block_ids) else None)
+            data.new_block_ids.append(new_blocks_of[req_id].get_block_ids_or_none())
             data.num_computed_tokens.append(request.num_computed_tokens)
             data.num_output_tokens.append(request.num_output_tokens
                                           + request.num_output_placeholders)

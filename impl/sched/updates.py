@@ -46,32 +46,37 @@ class SchedulerUpdates:
         stopped_running: set[int] = set()
         stopped_waiting: list[Request] = []
         sampled = model_runner_output.sampled_token_ids
+        req_id_to_index = model_runner_output.req_id_to_index
+        all_drafts = scheduler_output.scheduled_spec_decode_tokens
+        requests = self.requests
+        finished_after = RequestStatus.PREEMPTED
         for req_id in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(req_id)
-            if request is None or request.is_finished():
+            request = requests.get(req_id)
+            if request is None or request.status > finished_after:
                 continue  # finished (aborted) while its step was in flight
-            index = model_runner_output.req_id_to_index.get(req_id)
-            generated = list(sampled[index]) if index is not None and sampled else []
-            drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
+            index = req_id_to_index.get(req_id)
+            generated = sampled[index] if index is not None and sampled else None
+            drafts = all_drafts.get(req_id) if all_drafts else None
             if drafts and generated:
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
                     request.num_computed_tokens -= num_rejected
                 if request.num_output_placeholders > 0:
                     request.num_output_placeholders -= num_rejected
+            if not generated:
+                continue  # a partial prefill chunk samples nothing
             status_before = request.status
-            new_token_ids, stopped = (self._update_request_with_output(request, generated)
-                                      if generated else ([], False))
-            if stopped:
-                self._free_request(request)
-                if status_before == RequestStatus.RUNNING:
-                    stopped_running.add(id(request))
-                else:
-                    stopped_waiting.append(request)
-            if new_token_ids or stopped:
-                outputs.append(EngineCoreOutput(req_id, new_token_ids,
-                                                request.get_finished_reason(),
-                                                request.stop_reason))
+            new_token_ids, stopped = self._update_request_with_output(request, generated)
+            if not stopped:
+                outputs.append(EngineCoreOutput(req_id, new_token_ids))
+                continue
+            self._free_request(request)
+            if status_before == RequestStatus.RUNNING:
+                stopped_running.add(id(request))
+            else:
+                stopped_waiting.append(request)
+            outputs.append(EngineCoreOutput(req_id, new_token_ids,
+                                            request.get_finished_reason(), request.stop_reason))
         if stopped_running:
             self.running = [r for r in self.running if id(r) not in stopped_running]
         if stopped_waiting:
@@ -80,9 +85,10 @@ class SchedulerUpdates:
 
     def _update_request_with_output(self, request: Request,
                                     new_token_ids: list[int]) -> tuple[list[int], bool]:
+        max_model_len = self.max_model_len
         for count, token in enumerate(new_token_ids, 1):
-            request.append_output_token_ids(token)
-            if check_stop(request, self.max_model_len):
+            request.append_output_token(token)
+            if check_stop(request, max_model_len):
                 return new_token_ids[:count], True
         return new_token_ids, False
 

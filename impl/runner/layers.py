@@ -1,0 +1,91 @@
+"""The Llama building blocks other than attention: RMSNorm, rotary embedding, SwiGLU MLP.
+
+The arithmetic follows the published Llama recipe in the order Hugging Face evaluates it (norm in
+fp32, then cast; RoPE angles in fp32; rotate-half pairing), because greedy tokens are compared
+with Hugging Face's and the closer the arithmetic, the smaller the logit differences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from impl.runner.config import RopeConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [num_tokens, hidden_size]
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, rope: RopeConfig) -> torch.Tensor:
+    """Inverse frequencies, [head_dim // 2], with the checkpoint's scaling applied."""
+    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    if rope.rope_type == "linear":
+        return inv_freq / rope.factor
+    if rope.rope_type == "llama3":
+        return _llama3_scale(inv_freq, rope)
+    return inv_freq
+
+
+def _llama3_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
+    """Long wavelengths are slowed by `factor`, short ones kept, the band between blended."""
+    old_len = rope.original_max_position_embeddings
+    low_wavelen = old_len / rope.low_freq_factor
+    high_wavelen = old_len / rope.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = ((old_len / wavelen - rope.low_freq_factor)
+              / (rope.high_freq_factor - rope.low_freq_factor))
+    blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, blended, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE with a cos/sin table indexed by absolute position."""
+
+    def __init__(self, head_dim: int, max_positions: int, rope: RopeConfig) -> None:
+        super().__init__()
+        inv_freq = rope_inv_freq(head_dim, rope)
+        angles = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
+        table = torch.cat((angles, angles), dim=-1)  # [max_positions, head_dim]
+        self.register_buffer("cos", table.cos(), persistent=False)
+        self.register_buffer("sin", table.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor,
+                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # positions: [num_tokens]; q: [num_tokens, num_heads, head_dim]; k: [.., num_kv_heads, ..]
+        if positions.numel() and int(positions.max()) >= self.cos.shape[0]:
+            raise ValueError(f"position {int(positions.max())} exceeds max_position_embeddings "
+                             f"{self.cos.shape[0]}")
+        cos = self.cos[positions].to(q.dtype)[:, None, :]  # [num_tokens, 1, head_dim]
+        sin = self.sin[positions].to(q.dtype)[:, None, :]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [num_tokens, hidden_size] -> [num_tokens, hidden_size]
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,108 @@
+"""A Llama-family causal LM over a paged KV cache: embeddings, decoder layers (RMSNorm,
+grouped-query attention with RoPE, SwiGLU MLP), final norm and LM head.
+
+The batch is one flat list of tokens (no padding, no batch dimension): every layer sees
+[num_tokens, hidden] and each attention layer writes its keys and values to its own cache and
+reads the history of each request through the block table in its `AttentionMetadata`.
+Module names mirror Hugging Face's, so a checkpoint's state dict loads as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from impl.runner.attention_backend import AttentionFn, get_backend
+from impl.runner.attention_metadata import AttentionMetadata, write_to_paged_cache
+from impl.runner.config import ModelConfig, load_model_config
+from impl.runner.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from impl.runner.weights import load_weights
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        d, bias = config.head_dim, config.attention_bias
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            config.num_attention_heads, config.num_key_value_heads, d)
+        self.scale = d ** -0.5
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * d, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * d, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * d, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * d, config.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+                kv_cache: torch.Tensor, meta: AttentionMetadata,
+                attention: AttentionFn) -> torch.Tensor:
+        # x: [num_tokens, hidden]; kv_cache: [num_blocks, 2, block_size, kv_heads, head_dim]
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [n, heads, head_dim]
+        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [n, kv_heads, head_dim]
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = rotary(positions, q, k)
+        write_to_paged_cache(k, v, kv_cache, meta.slot_mapping)
+        out = attention(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
+        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
+                                      config.rope)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig, attention_backend: str = "torch") -> None:
+        super().__init__()
+        self.config = config
+        self.attention: AttentionFn = get_backend(attention_backend)
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_caches: Sequence[torch.Tensor],
+                metadata: Sequence[AttentionMetadata]) -> torch.Tensor:
+        """Hidden states after the final norm. `kv_caches[i]` / `metadata[i]` serve layer i."""
+        # input_ids, positions: [num_tokens] -> [num_tokens, hidden]
+        h = self.model.embed_tokens(input_ids)
+        for layer, cache, meta in zip(self.model.layers, kv_caches, metadata, strict=True):
+            h = h + layer.self_attn(layer.input_layernorm(h), positions, self.model.rotary,
+                                    cache, meta, self.attention)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        out: torch.Tensor = self.model.norm(h)
+        return out
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [num_rows, hidden] -> [num_rows, vocab_size] (fp32)
+        logits: torch.Tensor = self.lm_head(hidden)
+        return logits.float()
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device: torch.device,
+                        attention_backend: str = "torch") -> LlamaForCausalLM:
+        """Config and weights are checked before any module is built (one-line errors)."""
+        config = load_model_config(model_dir)
+        weights = load_weights(model_dir, config)
+        if config.tie_word_embeddings:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        model = cls(config, attention_backend).to(getattr(torch, config.dtype))
+        model.load_state_dict(weights, strict=True, assign=True)
+        return model.to(device).eval()
