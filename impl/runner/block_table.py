@@ -54,7 +54,7 @@ class BlockTable:
         self.num_blocks[row] = 0
 
     def row(self, row: int) -> list[int]:
-        return self.table[row, :int(self.num_blocks[row])].tolist()
+        return [int(b) for b in self.table[row, :int(self.num_blocks[row])]]
 
     def slot_mapping(self, rows: IntArray, positions: IntArray) -> IntArray:
         """Cache slot of each token: block_id * block_size + position % block_size."""

@@ -72,16 +72,16 @@ class InputBatch:
     # -- row moves --------------------------------------------------------------------------
     def condense(self) -> None:
         """Move the last rows into the holes: only the moved rows change place."""
+        self._trim()
+        hole = 0
+        while hole < len(self.states):
+            if self.states[hole] is None:  # the last row is not a hole: trimmed
+                self._move_row(len(self.states) - 1, hole)
+                self._trim()
+            hole += 1
+
+    def _trim(self) -> None:
         while self.states and self.states[-1] is None:
-            self.states.pop()
-        for hole in range(len(self.states)):
-            if self.states[hole] is not None:
-                continue
-            while self.states[-1] is None:
-                self.states.pop()
-            if hole >= len(self.states):
-                break
-            self._move_row(len(self.states) - 1, hole)
             self.states.pop()
 
     def _move_row(self, src: int, dst: int) -> None:

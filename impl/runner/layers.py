@@ -55,6 +55,9 @@ def _llama3_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE with a cos/sin table indexed by absolute position."""
 
+    cos: torch.Tensor  # [max_positions, head_dim]
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_positions: int, rope: RopeConfig) -> None:
         super().__init__()
         inv_freq = rope_inv_freq(head_dim, rope)
@@ -88,4 +91,5 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [num_tokens, hidden_size] -> [num_tokens, hidden_size]
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out

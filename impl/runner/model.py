@@ -45,7 +45,8 @@ class Attention(nn.Module):
         q, k = rotary(positions, q, k)
         write_to_paged_cache(k, v, kv_cache, meta.slot_mapping)
         out = attention(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        return projected
 
 
 class DecoderLayer(nn.Module):
@@ -55,6 +56,15 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+                kv_cache: torch.Tensor, meta: AttentionMetadata,
+                attention: AttentionFn) -> torch.Tensor:
+        # h: [num_tokens, hidden] (the residual stream) -> same
+        h = h + self.self_attn(self.input_layernorm(h), positions, rotary, kv_cache, meta,
+                               attention)
+        out: torch.Tensor = h + self.mlp(self.post_attention_layernorm(h))
+        return out
 
 
 class LlamaModel(nn.Module):
@@ -83,9 +93,7 @@ class LlamaForCausalLM(nn.Module):
         # input_ids, positions: [num_tokens] -> [num_tokens, hidden]
         h = self.model.embed_tokens(input_ids)
         for layer, cache, meta in zip(self.model.layers, kv_caches, metadata, strict=True):
-            h = h + layer.self_attn(layer.input_layernorm(h), positions, self.model.rotary,
-                                    cache, meta, self.attention)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = layer(h, positions, self.model.rotary, cache, meta, self.attention)
         out: torch.Tensor = self.model.norm(h)
         return out
 

@@ -245,10 +245,11 @@ class Scheduler(SchedulerUpdates):
         return data
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
+        requests = self.requests
         for req_id, num in output.num_scheduled_tokens.items():
-            request = self.requests[req_id]
+            request = requests[req_id]
             request.num_computed_tokens += num
             request.is_prefill_chunk = request.num_computed_tokens < (
-                request.num_tokens + request.num_output_placeholders)
+                len(request.all_token_ids) + request.num_output_placeholders)
         self.prev_step_scheduled_req_ids = set(output.num_scheduled_tokens)
         self.finished_req_ids = set()

@@ -12,7 +12,8 @@ from impl.sched.request import Request, RequestStatus
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:
-    last = request.output_token_ids[-1]
+    output_token_ids = request.output_token_ids
+    last = output_token_ids[-1]
     if not request.ignore_eos and last == request.eos_token_id:
         request.status = RequestStatus.FINISHED_STOPPED
         return True
@@ -20,7 +21,8 @@ def check_stop(request: Request, max_model_len: int) -> bool:
         request.status = RequestStatus.FINISHED_STOPPED
         request.stop_reason = last
         return True
-    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+    if (len(request.all_token_ids) >= max_model_len
+            or len(output_token_ids) >= request.max_tokens):
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     return False
