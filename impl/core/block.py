@@ -60,6 +60,11 @@ class FreeKVCacheBlockQueue:
         )
 
     @property
+    def queue(self) -> OrderedDict[int, KVCacheBlock]:
+        """The underlying ordered map (block id -> block), for the pool's hot loops."""
+        return self._queue
+
+    @property
     def num_free_blocks(self) -> int:
         return len(self._queue)
 

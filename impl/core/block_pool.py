@@ -16,6 +16,9 @@ from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCach
 from impl.core.hash_map import BlockHashToBlockMap
 
 
+NULL_BLOCK_REF_CNT = 1 << 62
+
+
 class BlockPool:
     def __init__(
         self,
@@ -35,6 +38,9 @@ class BlockPool:
         # a sliding window, say), so block tables keep their shape without holding memory.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        # Its reference count is never tracked: start it so high that no sequence of frees can
+        # bring it to zero, so hot loops need no `is_null` test to keep it out of the queue.
+        self.null_block.ref_cnt = NULL_BLOCK_REF_CNT
         self._hash_maps: dict[int, BlockHashToBlockMap] = {}
         self.enable_kv_cache_events = enable_kv_cache_events
         self.kv_event_queue: list[KVCacheEvent] = []
@@ -168,10 +174,10 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
-        remove = self.free_block_queue.remove
+        queue = self.free_block_queue.queue
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                remove(block)
+            if block.ref_cnt == 0:
+                del queue[block.block_id]
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -182,16 +188,15 @@ class BlockPool:
         a hash hold nothing worth keeping and go to the front, to be reused first.
         """
         unhashed: list[KVCacheBlock] = []
-        append = self.free_block_queue.append
+        queue = self.free_block_queue.queue
         for block in ordered_blocks:
-            if block.is_null:
-                continue
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt == 0:
                 if block.block_hash is None:
                     unhashed.append(block)
                 else:
-                    append(block)
+                    queue[block.block_id] = block
         if unhashed:
             self.free_block_queue.prepend_n(unhashed)
 
