@@ -137,7 +137,7 @@ class Scheduler(SchedulerUpdates):
             scheduled_spec_decode_tokens=spec_tokens,
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={r.request_id for r in preempted},
-            num_common_prefix_blocks=[0] * kv.num_kv_cache_groups,
+            num_common_prefix_blocks=[],  # cascade attention is gone upstream: always empty
         )
         self._update_after_schedule(output)
         return output
@@ -169,7 +169,6 @@ class Scheduler(SchedulerUpdates):
             request = queue.peek_request()
             if request.num_computed_tokens == 0:
                 hits, num_hit = kv.get_computed_blocks(request)
-                kv.record_prefix_cache_stats(request, num_hit)
                 num_computed = num_hit
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
@@ -184,6 +183,8 @@ class Scheduler(SchedulerUpdates):
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
             if blocks is None:
                 break
+            if request.num_computed_tokens == 0:  # only admitted lookups count
+                kv.record_prefix_cache_stats(request, num_hit)
             queue.pop_request()
             self.running.append(request)
             if request.status == RequestStatus.PREEMPTED:
