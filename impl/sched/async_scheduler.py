@@ -3,6 +3,10 @@
 Each request about to produce a token gets an output *placeholder*; the next step treats the
 placeholder as a token already present. When the real tokens arrive they replace placeholders,
 and only then are the request's newly full blocks cached (their content is known).
+
+With speculative decoding the drafts for step N+1 are not known when it is scheduled either:
+such a request gets `num_spec_tokens` placeholder drafts (-1), whose slots step N+1 reserves;
+the worker fills in the real draft ids.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from impl.sched.output import SchedulerOutput
 from impl.sched.request import Request, RequestStatus
 from impl.sched.scheduler import Scheduler
+
+PLACEHOLDER_DRAFT = -1
 
 
 class AsyncScheduler(Scheduler):
@@ -22,6 +28,8 @@ class AsyncScheduler(Scheduler):
                                                + request.num_output_placeholders):
                 # This step completes the request's input: it will sample a token.
                 request.num_output_placeholders += 1 + len(drafts)
+                if self.num_spec_tokens:
+                    request.spec_token_ids = [PLACEHOLDER_DRAFT] * self.num_spec_tokens
 
     def _update_request_with_output(self, request: Request,
                                     new_token_ids: list[int]) -> tuple[list[int], bool]:

@@ -49,6 +49,7 @@ class Scheduler(SchedulerUpdates):
         self.finished_req_ids: set[str] = set()
         self.prev_step_scheduled_req_ids: set[str] = set()
         self.num_lookahead_tokens = 0
+        self.num_spec_tokens = scheduler_config.num_spec_tokens
         self.num_preemptions = 0
 
     # -- scheduling -----------------------------------------------------------------------
