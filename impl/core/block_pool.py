@@ -15,7 +15,6 @@ from impl.core.block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from impl.core.hash_map import BlockHashToBlockMap
 
-
 NULL_BLOCK_REF_CNT = 1 << 62
 
 
