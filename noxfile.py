@@ -36,7 +36,8 @@ def install_oracle(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Unit tests of impl/ and workloads/: no upstream vLLM needed."""
-    session.install("-e", ".[test]")
+    session.install("torch==2.13.0")  # first, alone: pip takes the local CPU wheel
+    session.install("-e", ".[test,runner]")
     session.run("pytest", "tests", *session.posargs)
 
 
@@ -44,7 +45,7 @@ def tests(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """Everything the PR gate runs: unit tests and differential tests against upstream."""
     install_oracle(session)
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test,runner]")
     session.run("pytest", "tests", "conformance/tests", *session.posargs, env=ORACLE_ENV)
 
 
@@ -52,7 +53,7 @@ def ci(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The main job: differential tests against upstream vLLM, report under reports/."""
     install_oracle(session)
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test,runner]")
     report_dir = os.path.join("reports", "conformance")
     os.makedirs(report_dir, exist_ok=True)
     junit = os.path.join(report_dir, "junit.xml")
@@ -66,6 +67,6 @@ def conformance(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy (strict) on impl/ and conformance/."""
     session.install("torch==2.13.0")  # typed: the runner's tensors are checked against it
-    session.install("-e", ".[test,lint]")
+    session.install("-e", ".[test,lint,runner]")
     session.run("ruff", "check", ".")
     session.run("mypy", "impl", "conformance")

@@ -16,6 +16,7 @@ import torch
 
 from impl.core.hashing import make_none_hash
 from impl.core.request_hasher import RequestBlockHasher
+from impl.core.specs import KVCacheConfig
 from impl.runner.attention_backend import default_device, resolve_backend_name
 from impl.runner.kv_cache import model_kv_cache_config
 from impl.runner.model import LlamaForCausalLM
@@ -48,10 +49,14 @@ class RequestOutput:
     request_id: str
     token_ids: list[int]
     finish_reason: str | None
+    num_cached_tokens: int  # prompt tokens served by the prefix cache at first scheduling
 
 
 class LLMEngine:
-    def __init__(self, model_dir: str | Path, args: EngineArgs | None = None) -> None:
+    def __init__(self, model_dir: str | Path, args: EngineArgs | None = None, *,
+                 kv_cache_config: KVCacheConfig | None = None) -> None:
+        """`kv_cache_config` replaces the default layout (one full-attention group holding
+        every layer, `num_blocks` blocks): e.g. to run the model over a hybrid layout."""
         args = args or EngineArgs()
         self.device = torch.device(args.device) if args.device else default_device()
         self.backend = resolve_backend_name(args.attention_backend, self.device)
@@ -62,8 +67,11 @@ class LLMEngine:
             raise ValueError(f"max_model_len {max_model_len} exceeds the model's "
                              f"max_position_embeddings {config.max_position_embeddings}")
         num_blocks = args.num_blocks or args.max_num_seqs * -(-max_model_len // args.block_size)
-        kv_config = model_kv_cache_config(config, num_blocks + (args.num_blocks is None),
-                                          args.block_size)
+        kv_config = kv_cache_config or model_kv_cache_config(
+            config, num_blocks + (args.num_blocks is None), args.block_size)
+        if set(kv_config.block_sizes) != {args.block_size}:
+            raise ValueError(f"kv_cache_config block sizes {kv_config.block_sizes} differ from "
+                             f"block_size {args.block_size}")
         self.scheduler_config = SchedulerConfig(
             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
             max_model_len=max_model_len,
@@ -78,8 +86,13 @@ class LLMEngine:
                                   max_model_len=max_model_len, device=self.device,
                                   num_spec_tokens=args.num_spec_tokens, seed=args.seed)
         self.num_spec_tokens = args.num_spec_tokens
-        self.outputs: dict[str, list[int]] = {}  # per request id, until `generate` collects
+        self.num_blocks = kv_config.num_blocks
+        # Per request id, until `generate` collects them.
+        self.requests: dict[str, Request] = {}
+        self.outputs: dict[str, list[int]] = {}
         self.finish_reasons: dict[str, str] = {}
+        self.num_steps = 0
+        self.last_num_scheduled_tokens = 0
         self._next_id = 0
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -97,10 +110,12 @@ class LLMEngine:
                              f"leaves no room under max_model_len "
                              f"{self.scheduler_config.max_model_len}")
         eos = self.model.config.eos_token_id
-        self.scheduler.add_request(Request(
-            request_id, prompt_token_ids, max_tokens=params.max_tokens,
-            min_tokens=params.min_tokens, stop_token_ids=params.stop_token_ids,
-            eos_token_id=eos, ignore_eos=params.ignore_eos, block_hasher=self.hasher))
+        request = Request(request_id, prompt_token_ids, max_tokens=params.max_tokens,
+                          min_tokens=params.min_tokens, stop_token_ids=params.stop_token_ids,
+                          eos_token_id=eos, ignore_eos=params.ignore_eos,
+                          block_hasher=self.hasher)
+        self.scheduler.add_request(request)
+        self.requests[request_id] = request
         self.runner.add_request_params(request_id, params, None if params.ignore_eos else eos)
         self.outputs[request_id] = []
 
@@ -113,6 +128,11 @@ class LLMEngine:
 
     def step(self) -> list[EngineCoreOutput]:
         scheduler_output = self.scheduler.schedule()
+        # Fresh blocks need no zeroing here (attention never reads past a sequence's length);
+        # drain the list so it does not grow.
+        self.scheduler.kv_cache_manager.take_new_block_ids()
+        self.num_steps += 1
+        self.last_num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens
         runner_output = self.runner.execute_model(scheduler_output)
         results = self.scheduler.update_from_output(scheduler_output, runner_output)
         for result in results:
@@ -140,4 +160,10 @@ class LLMEngine:
             self.add_request(req_id, prompt, p)
         while any(r not in self.finish_reasons for r in ids):
             self.step()
-        return [RequestOutput(r, self.outputs.pop(r), self.finish_reasons.pop(r)) for r in ids]
+            if self.last_num_scheduled_tokens == 0 and self.has_unfinished_requests():
+                # Nothing runs and nothing can be admitted: no step will ever free a block.
+                raise RuntimeError("no request fits in the KV cache "
+                                   f"({self.num_blocks} blocks): raise num_blocks or lower "
+                                   "max_model_len")
+        return [RequestOutput(r, self.outputs.pop(r), self.finish_reasons.pop(r),
+                              max(self.requests.pop(r).num_cached_tokens, 0)) for r in ids]

@@ -1,6 +1,10 @@
 """Reference paged attention in plain torch: gather each request's keys through its block
-table, then dense causal attention. Slow (a loop over requests) but obviously right, which is
-what the Triton kernel is checked against. Runs on any device."""
+table, then dense causal attention. Obviously right rather than fast, which is what the Triton
+kernel is checked against; runs on any device.
+
+One concession to speed: the leading run of single-token queries (the runner puts decodes first)
+is computed as one padded batch, since a per-request loop costs more than the math there.
+"""
 
 from __future__ import annotations
 
@@ -29,27 +33,54 @@ def visible_mask(query_len: int, seq_len: int, sliding_window: int,
     return mask
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+            scale: float) -> torch.Tensor:
+    """Softmax attention with GQA by reshaping (query head h uses KV head h // group)."""
+    # q: [..., q_len, heads, d]; k, v: [..., s, kv_heads, d]; mask: [..., q_len, s]
+    kv_heads, d = k.shape[-2], k.shape[-1]
+    group = q.shape[-2] // kv_heads
+    q = q.float().reshape(*q.shape[:-2], kv_heads, group, d)  # [..., q_len, kv_heads, g, d]
+    scores = torch.einsum("...qkgd,...skd->...kgqs", q, k.float()) * scale
+    scores = scores.masked_fill(~mask[..., None, None, :, :], float("-inf"))
+    out = torch.einsum("...kgqs,...skd->...qkgd", scores.softmax(dim=-1), v.float())
+    return out.reshape(*out.shape[:-3], kv_heads * group, d)  # [..., q_len, heads, d]
+
+
+def _decode_batch(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
+                  count: int, scale: float) -> torch.Tensor:
+    """The first `count` requests, each with one query token, padded to the longest."""
+    # query: [count, heads, d] -> [count, heads, d]
+    block_size = kv_cache.shape[2]
+    max_blocks = -(-max(meta.seq_lens_host[:count]) // block_size)
+    pages = meta.block_table[:count, :max_blocks].long()  # [count, max_blocks]
+    k = kv_cache[:, 0][pages].flatten(1, 2)  # [count, max_blocks * block_size, kv_heads, d]
+    v = kv_cache[:, 1][pages].flatten(1, 2)
+    k_pos = torch.arange(k.shape[1], device=query.device)[None, :]
+    q_pos = (meta.seq_lens[:count].long() - 1)[:, None]  # [count, 1]
+    mask = k_pos <= q_pos
+    if meta.sliding_window > 0:
+        mask &= q_pos - k_pos < meta.sliding_window
+    return _attend(query[:count, None], k, v, mask[:, None, :], scale)[:, 0]
+
+
 def torch_paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
                           scale: float) -> torch.Tensor:
     # query: [num_tokens, num_heads, head_dim] -> output of the same shape
     # kv_cache: [num_blocks, 2, block_size, num_kv_heads, head_dim]
-    num_heads = query.shape[1]
-    group = num_heads // kv_cache.shape[3]
     output = torch.empty_like(query)
-    start = 0
-    for index, (query_len, seq_len) in enumerate(
-            zip(meta.query_lens_host, meta.seq_lens_host, strict=True)):
-        q = query[start:start + query_len].float()  # [query_len, num_heads, head_dim]
+    decodes = 0
+    while decodes < meta.num_reqs and meta.query_lens_host[decodes] == 1:
+        decodes += 1
+    if decodes:
+        output[:decodes] = _decode_batch(query, kv_cache, meta, decodes, scale).to(query.dtype)
+    start = decodes
+    for index in range(decodes, meta.num_reqs):
+        query_len, seq_len = meta.query_lens_host[index], meta.seq_lens_host[index]
         block_ids = meta.block_table[index]
-        k = gather_sequence(kv_cache[:, 0], block_ids, seq_len).float()
-        v = gather_sequence(kv_cache[:, 1], block_ids, seq_len).float()
-        k = k.repeat_interleave(group, dim=1)  # [seq_len, num_heads, head_dim]
-        v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) * scale  # [num_heads, query_len, seq_len]
+        k = gather_sequence(kv_cache[:, 0], block_ids, seq_len)  # [seq_len, kv_heads, d]
+        v = gather_sequence(kv_cache[:, 1], block_ids, seq_len)
         mask = visible_mask(query_len, seq_len, meta.sliding_window, query.device)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.einsum("hqk,khd->qhd", probs, v)
+        out = _attend(query[start:start + query_len], k, v, mask, scale)
         output[start:start + query_len] = out.to(query.dtype)
         start += query_len
     return output

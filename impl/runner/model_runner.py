@@ -120,7 +120,7 @@ class ModelRunner:
                     rows = rows.clone()
                     rows[:, list(banned)] = float("-inf")
                 sampled[row] = verify(rows, drafts[req_id], state.params,
-                                      state.generator or self.generator)
+                                      self._generator_of(state))
             else:
                 plain_rows.append(row)
                 plain_logit_rows.append(start)
@@ -128,11 +128,15 @@ class ModelRunner:
         if plain_rows:
             states = [self.requests[inputs.req_ids[row]] for row in plain_rows]
             tokens = sample(logits[plain_logit_rows], [s.params for s in states],
-                            [s.generator or self.generator for s in states],
+                            [self._generator_of(s) for s in states],
                             [s.banned_token_ids() for s in states])
             for row, token in zip(plain_rows, tokens, strict=True):
                 sampled[row] = [token]
         return sampled
+
+    def _generator_of(self, state: RequestState) -> torch.Generator:
+        """A seeded request's own generator, else the runner's shared one."""
+        return state.generator if state.generator is not None else self.generator
 
     # -- drafts -----------------------------------------------------------------------------
     def propose_drafts(self, req_ids: Sequence[str]) -> DraftTokenIds:

@@ -1,0 +1,41 @@
+"""Tiny Llama checkpoints built locally with transformers (no model hub).
+
+Weights are drawn with a raised init std (0.08 instead of 0.02): logits then spread widely, the
+top two are well apart, and greedy choices do not flip on the rounding noise that separates
+three independent implementations. Head size 32: upstream's CPU attention has no kernel for 16.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+TINY_LLAMA: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def build_tiny_llama(directory: str | Path, *, seed: int = 0, init_std: float = 0.08,
+                     **overrides: Any) -> Path:
+    """Write config.json + model.safetensors (fp32) to `directory`; returns it."""
+    import torch
+
+    transformers: Any = importlib.import_module("transformers")  # optional and untyped here
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    config = transformers.LlamaConfig(**{**TINY_LLAMA, **overrides}, initializer_range=init_std,
+                         dtype="float32")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
