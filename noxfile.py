@@ -57,8 +57,12 @@ def conformance(session: nox.Session) -> None:
     report_dir = os.path.join("reports", "conformance")
     os.makedirs(report_dir, exist_ok=True)
     junit = os.path.join(report_dir, "junit.xml")
+    # The default workload suite in lockstep (conform.html: per-workload level, first
+    # divergence, block and queue plots), then every differential test (index.html).
+    session.run("vtwin", "gate", "--report", report_dir, env=ORACLE_ENV, success_codes=[0, 1])
     session.run("pytest", "conformance/tests", f"--junitxml={junit}", *session.posargs,
                 env=ORACLE_ENV, success_codes=[0, 1])
+    # The verdict: fails if any differential test failed or any workload diverged.
     session.run("python", "-m", "conformance.report", junit, "--out", report_dir,
                 env=ORACLE_ENV)
 

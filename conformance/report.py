@@ -69,6 +69,8 @@ td,th{{border:1px solid #ddd;padding:4px 8px;vertical-align:top}} pre{{white-spa
 </style></head><body>
 <h1>vtwin conformance against upstream vLLM 0.32.0</h1>
 <p>Generated {generated}. {summary}.</p>
+<p>Step-by-step lockstep results of the default workload suite (levels reached, first
+divergences, block and queue plots): <a href="conform.html">conform.html</a>.</p>
 <table><tr><th>suite</th><th>test</th><th>outcome</th><th>time</th><th></th></tr>
 {''.join(rows)}</table></body></html>
 """
@@ -92,7 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if r.outcome in ("failed", "error")]
     print(f"conformance report: {len(results)} tests, {len(failed)} failed -> "
           f"{args.out / 'index.html'}")
-    return 1 if failed or not results else 0
+    diverged = gate_failures(args.out / "conform.json")
+    if diverged:
+        print(f"conformance report: workloads not at their level: {', '.join(diverged)} -> "
+              f"{args.out / 'conform.html'}")
+    return 1 if failed or diverged or not results else 0
+
+
+def gate_failures(conform_json: Path) -> list[str]:
+    """Workloads the lockstep gate did not pass (none if the gate did not run)."""
+    if not conform_json.exists():
+        return []
+    try:
+        data = json.loads(conform_json.read_text())
+        return [w["workload"] for w in data["workloads"] if w["verdict"] != "passed"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return [f"<unreadable {conform_json}: {err}>"]
 
 
 if __name__ == "__main__":

@@ -167,8 +167,10 @@ class KVCacheManager:
         num_tokens_main = total_computed + num_new_tokens
         num_tokens_need_slot = min(num_tokens_main + num_lookahead_tokens, self.max_model_len)
 
-        # Free what the request no longer needs before counting what it must get.
-        coordinator.remove_skipped_blocks(request.request_id, total_computed)
+        # Free what the request no longer needs before counting what it must get; tokens of an
+        # in-flight step (async scheduling) do not count as processed yet.
+        coordinator.remove_skipped_blocks(
+            request.request_id, max(0, total_computed - request.num_inflight_tokens))
         num_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slot, computed, total_computed
         )

@@ -11,18 +11,22 @@ the worker fills in the real draft ids.
 
 from __future__ import annotations
 
-from impl.sched.output import SchedulerOutput
+from impl.sched.output import (
+    PLACEHOLDER_DRAFT,
+    EngineCoreOutput,
+    ModelRunnerOutput,
+    SchedulerOutput,
+)
 from impl.sched.request import Request, RequestStatus
 from impl.sched.scheduler import Scheduler
-
-PLACEHOLDER_DRAFT = -1
 
 
 class AsyncScheduler(Scheduler):
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
         super()._update_after_schedule(output)
-        for req_id in output.num_scheduled_tokens:
+        for req_id, num in output.num_scheduled_tokens.items():
             request = self.requests[req_id]
+            request.num_inflight_tokens += num
             drafts = output.scheduled_spec_decode_tokens.get(req_id, ())
             if request.num_computed_tokens == (request.num_tokens + len(drafts)
                                                + request.num_output_placeholders):
@@ -30,6 +34,19 @@ class AsyncScheduler(Scheduler):
                 request.num_output_placeholders += 1 + len(drafts)
                 if self.num_spec_tokens:
                     request.spec_token_ids = [PLACEHOLDER_DRAFT] * self.num_spec_tokens
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        requests = self.requests
+        for req_id, num in scheduler_output.num_scheduled_tokens.items():
+            request = requests.get(req_id)
+            if request is not None:
+                request.num_inflight_tokens = max(0, request.num_inflight_tokens - num)
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+    def _preempt_request(self, request: Request) -> None:
+        super()._preempt_request(request)
+        request.num_inflight_tokens = 0
 
     def _update_request_with_output(self, request: Request,
                                     new_token_ids: list[int]) -> tuple[list[int], bool]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+#: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
+PLACEHOLDER_DRAFT = -1
+
 
 @dataclass(slots=True)
 class NewRequestData:

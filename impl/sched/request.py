@@ -41,6 +41,7 @@ class Request:
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
+        "num_inflight_tokens",
         "_hasher",
     )
 
@@ -86,6 +87,9 @@ class Request:
         self.stop_reason: int | None = None
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 before
         self.is_prefill_chunk = False
+        # Tokens scheduled in steps whose output has not been applied (async scheduling): their
+        # KV is being written, so blocks they attend to must not be freed yet.
+        self.num_inflight_tokens = 0
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:

@@ -14,6 +14,7 @@ from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.config import SchedulerConfig
 from impl.sched.output import (
+    PLACEHOLDER_DRAFT,
     CachedRequestData,
     NewRequestData,
     SchedulerOutput,
@@ -119,7 +120,7 @@ class Scheduler(SchedulerUpdates):
 
         if not preempted:
             token_budget = self._admit_waiting(token_budget, scheduled_new, scheduled_resumed,
-                                               new_blocks_of, num_scheduled)
+                                               new_blocks_of, num_scheduled, spec_tokens)
 
         total = sum(num_scheduled.values())
         assert total <= self.max_num_scheduled_tokens and token_budget >= 0
@@ -159,7 +160,7 @@ class Scheduler(SchedulerUpdates):
     def _admit_waiting(self, token_budget: int, scheduled_new: list[Request],
                        scheduled_resumed: list[Request],
                        new_blocks_of: dict[str, KVCacheBlocks],
-                       num_scheduled: dict[str, int]) -> int:
+                       num_scheduled: dict[str, int], spec_tokens: dict[str, list[int]]) -> int:
         config = self.scheduler_config
         kv = self.kv_cache_manager
         threshold = self._prefill_threshold()
@@ -179,6 +180,9 @@ class Scheduler(SchedulerUpdates):
             if not config.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
+            pad = self._uniform_decode_padding(request, num_computed, num_new, token_budget,
+                                               spec_tokens)
+            num_new += pad
             blocks = kv.allocate_slots(request, num_new, num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
@@ -194,12 +198,24 @@ class Scheduler(SchedulerUpdates):
                 scheduled_new.append(request)
             new_blocks_of[request.request_id] = kv.get_blocks(request.request_id)
             num_scheduled[request.request_id] = num_new
+            if pad:
+                spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
             token_budget -= num_new
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
         return token_budget
+
+    def _uniform_decode_padding(self, request: Request, num_computed: int, num_new: int,
+                                token_budget: int, spec_tokens: dict[str, list[int]]) -> int:
+        """Placeholder drafts for an admitted request that needs just its last token while the
+        step's other requests verify drafts: padded to 1 + k tokens, it looks like every other
+        decode in the batch (upstream keeps spec-decode batches uniform this way)."""
+        k = self.num_spec_tokens
+        if not k or not spec_tokens or num_new != 1 or request.num_tokens - num_computed != 1:
+            return 0
+        return max(0, min(k, token_budget - 1, self.max_model_len - 1 - num_computed - 1))
 
     def _select_waiting_queue(self) -> FCFSRequestQueue | PriorityRequestQueue:
         """FCFS drains requests skipped earlier first; priority compares the two heads."""

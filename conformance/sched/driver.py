@@ -1,0 +1,182 @@
+"""The driver: feeds one workload to one `System`, step by step, as an engine core would.
+
+Each step: add the requests arriving at this step (``arrival_time`` is the step index, so both
+systems see identical values), apply this step's aborts one id per call, then run the engine
+loop body. The sync body mirrors `EngineCore.step` + `post_step`: schedule, execute (the
+`FakeRunner`), update from the output, then hand the drafter's tokens to the scheduler. The
+async body mirrors `EngineCore.step_with_batch_queue` with a batch queue of depth 2: the batch
+scheduled at step N+1 is scheduled before step N's output is applied.
+
+`Driver.steps()` yields a `Step` (state before, record after, prefix-cache events) per step, so
+a caller can compare two systems in lockstep and stop at the first divergence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from conformance.sched.record import StepRecord
+from conformance.sched.runner import FakeRunner
+from conformance.sched.system import (
+    BlockCounts,
+    BlockIds,
+    CacheEvent,
+    RunnerOutput,
+    Scheduled,
+    System,
+    SystemState,
+    Update,
+)
+from workloads.model import Workload
+
+BATCH_QUEUE_DEPTH = 2
+_NO_STATE = SystemState((), (), BlockCounts(0, 0, 0))
+
+
+class DriverStalled(RuntimeError):
+    """The workload did not finish within the step limit (a livelock, or a limit too low)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    before: SystemState
+    record: StepRecord
+    events: tuple[CacheEvent, ...]
+
+
+def default_max_steps(workload: Workload) -> int:
+    """Generous: every token of every request in its own step, twice, after the last arrival."""
+    last = max((r.arrival_step for r in workload.requests), default=0)
+    work = sum(r.prompt_len + r.max_tokens for r in workload.requests)
+    return last + 2 * work + 1000
+
+
+class Driver:
+    def __init__(self, system: System, workload: Workload, *, integrity_every: int = 0,
+                 max_steps: int | None = None, snapshot_before: bool = True) -> None:
+        """`integrity_every`: call `check_integrity` every that many steps (0: never).
+        `snapshot_before`: take the before-step snapshot (only traces show it; it costs a
+        pass over the block pool per step)."""
+        self.system = system
+        self.workload = workload
+        self.config = workload.config
+        self.integrity_every = integrity_every
+        self.snapshot_before = snapshot_before
+        self.max_steps = default_max_steps(workload) if max_steps is None else max_steps
+        self.runner = FakeRunner(workload, workload.config.async_scheduling)
+        self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
+        self._tables: dict[str, BlockIds] = {}
+        self._last_tables: dict[str, BlockIds] = {}
+
+    def steps(self) -> Iterator[Step]:
+        arrivals = deque(self.workload.requests)
+        aborts = deque(self.workload.aborts)
+        step = 0
+        while arrivals or self.system.has_requests() or self._queue:
+            if step >= self.max_steps:
+                raise DriverStalled(
+                    f"{self.system.name}: workload {self.workload.name!r} still running after "
+                    f"{self.max_steps} steps")
+            while arrivals and arrivals[0].arrival_step <= step:
+                self.system.add_request(arrivals.popleft(), float(step))
+            aborted: list[str] = []
+            while aborts and aborts[0].step <= step:
+                request_id = aborts.popleft().request_id
+                if self.system.abort(request_id):
+                    aborted.append(request_id)
+                    self.runner.forget(request_id)
+                    self._last_tables.pop(request_id, None)
+            before = self.system.state() if self.snapshot_before else _NO_STATE
+            if self.config.async_scheduling:
+                scheduled, applied = self._async_body(step)
+            else:
+                scheduled, applied = self._sync_body(step)
+            if self.integrity_every and step % self.integrity_every == 0:
+                self.system.check_integrity()
+            yield self._finish_step(step, before, scheduled, applied, tuple(aborted))
+            step += 1
+
+    def _sync_body(self, step: int) -> tuple[Scheduled | None, tuple[int, Update] | None]:
+        if not self.system.has_requests():
+            return None, None
+        scheduled = self.system.schedule()
+        self._capture_tables(scheduled)
+        output = self.runner.execute(scheduled)
+        update = self._apply(scheduled, output)
+        if self.config.num_spec_tokens and scheduled.total_num_scheduled_tokens > 0:
+            self.system.update_draft_token_ids(self.runner.take_drafts(output))
+        return scheduled, (step, update)
+
+    def _async_body(self, step: int) -> tuple[Scheduled | None, tuple[int, Update] | None]:
+        scheduled = None
+        if self.system.has_requests():
+            scheduled = self.system.schedule()
+            self._capture_tables(scheduled)
+            self._queue.appendleft((step, scheduled, self.runner.execute(scheduled)))
+            executed = scheduled.total_num_scheduled_tokens > 0
+            if len(self._queue) < BATCH_QUEUE_DEPTH and (
+                    executed or self.system.has_requests()):
+                return scheduled, None
+        elif not self._queue:
+            return None, None
+        batch_step, batch, output = self._queue.pop()
+        return scheduled, (batch_step, self._apply(batch, output))
+
+    def _capture_tables(self, scheduled: Scheduled) -> None:
+        """Whole block tables of the scheduled requests whose table changed since this driver
+        last recorded it. Tables only change when a request is scheduled (allocation, window
+        recycling) or freed, so this is every change, at a fraction of the size."""
+        tables = self.system.block_tables([rid for rid, _ in scheduled.num_scheduled_tokens])
+        changed = {rid: ids for rid, ids in tables.items() if self._last_tables.get(rid) != ids}
+        self._last_tables.update(changed)
+        self._tables = changed
+
+    def _apply(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        update = self.system.update(scheduled, output)
+        for out in update.outputs:
+            if out.finish_reason is not None:
+                self.runner.forget(out.req_id)
+                self._last_tables.pop(out.req_id, None)
+        return update
+
+    def _finish_step(self, step: int, before: SystemState, scheduled: Scheduled | None,
+                     applied: tuple[int, Update] | None, aborted: tuple[str, ...]) -> Step:
+        after = self.system.state()
+        events = self.system.take_events()
+        update = None if applied is None else applied[1]
+        s = scheduled
+        tables = self._tables if s is not None else {}
+        self._tables = {}
+        record = StepRecord(
+            step=step,
+            scheduled=s is not None,
+            scheduled_new=() if s is None else tuple(r.req_id for r in s.new_reqs),
+            scheduled_cached=() if s is None else tuple(r.req_id for r in s.cached_reqs),
+            scheduled_resumed=() if s is None else tuple(
+                sorted(r.req_id for r in s.cached_reqs if r.resumed)),
+            num_scheduled_tokens=() if s is None else s.num_scheduled_tokens,
+            total_num_scheduled_tokens=0 if s is None else s.total_num_scheduled_tokens,
+            num_computed_tokens=() if s is None else tuple(
+                [(r.req_id, r.num_computed_tokens) for r in s.new_reqs]
+                + [(r.req_id, r.num_computed_tokens) for r in s.cached_reqs]),
+            num_output_tokens=() if s is None else tuple(
+                (r.req_id, r.num_output_tokens) for r in s.cached_reqs),
+            spec_tokens=() if s is None else s.spec_tokens,
+            new_block_ids=() if s is None else tuple(
+                [(r.req_id, r.block_ids) for r in s.new_reqs]
+                + [(r.req_id, r.new_block_ids) for r in s.cached_reqs]),
+            block_tables=tuple(tables.items()),
+            preempted=() if s is None else s.preempted_req_ids,
+            finished=() if s is None else s.finished_req_ids,
+            aborted=aborted,
+            num_common_prefix_blocks=() if s is None else s.num_common_prefix_blocks,
+            applied_step=None if applied is None else applied[0],
+            outputs=() if update is None else update.outputs,
+            blocks=after.blocks,
+            num_running=len(after.running),
+            num_waiting=len(after.waiting),
+            prefix_cache=None if update is None else update.prefix_cache,
+        )
+        return Step(before, record, events)

@@ -1,0 +1,189 @@
+"""`ImplSystem`: the twin's scheduler (`impl.sched`) as a `System`.
+
+The twin mirrors upstream's names, so this adapter is thin: build its `SchedulerConfig` and
+`KVCacheConfig` from the workload's `EngineConfig`, pass NONE_HASH from the same seed the
+upstream adapter pins, and read its outputs into the canonical records. Where the twin keeps
+sets (finished, preempted, resumed ids) the adapter sorts them, exactly as for upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.kv.systems import _impl_spec
+from conformance.sched.system import (
+    NONE_HASH_SEED,
+    BlockCounts,
+    BlockIds,
+    CachedRequest,
+    CacheEvent,
+    CacheStats,
+    NewRequest,
+    RunnerOutput,
+    Scheduled,
+    SystemState,
+    TokenOutput,
+    Update,
+    external_hash,
+)
+from conformance.sched.upstream_config import group_shape
+from workloads.model import EngineConfig, RequestSpec
+
+
+def build_impl_scheduler(config: EngineConfig) -> Any:
+    """The twin's Scheduler (AsyncScheduler under async scheduling) for `config`."""
+    from impl.core.hashing import make_none_hash
+    from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
+    from impl.sched.async_scheduler import AsyncScheduler
+    from impl.sched.config import SchedulerConfig
+    from impl.sched.scheduler import Scheduler
+
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        policy=config.policy,
+        num_spec_tokens=config.num_spec_tokens,
+        async_scheduling=config.async_scheduling,
+        enable_prefix_caching=config.enable_prefix_caching,
+        hash_algo=config.hash_algo,
+        block_size=config.block_size,
+        hash_block_size=config.hash_block_size,
+    )
+    groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(group_shape(config, g)))
+                   for i, g in enumerate(config.kv_cache_groups))
+    scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
+    return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
+                         none_hash=make_none_hash(config.hash_algo, NONE_HASH_SEED),
+                         log_stats=True)
+
+
+class ImplSystem:
+    name = "impl"
+
+    def __init__(self, config: EngineConfig) -> None:
+        from impl.core.hashing import make_none_hash
+        from impl.core.request_hasher import RequestBlockHasher
+
+        self.config = config
+        self.scheduler: Any = build_impl_scheduler(config)
+        self.scheduler.kv_cache_manager.block_pool.enable_kv_cache_events = True
+        self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
+                                          make_none_hash(config.hash_algo, NONE_HASH_SEED))
+
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from impl.sched.request import Request
+
+        lora = request.lora_name
+        self.scheduler.add_request(Request(
+            request.request_id, request.prompt_token_ids,
+            max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+            stop_token_ids=request.stop_token_ids, eos_token_id=request.eos_token_id,
+            ignore_eos=request.ignore_eos, priority=request.priority, arrival_time=arrival_time,
+            cache_salt=request.cache_salt, lora_name=lora,
+            lora_path=f"/loras/{lora}" if lora else None, block_hasher=self._hasher,
+        ))
+
+    def abort(self, request_id: str) -> bool:
+        from impl.sched.request import RequestStatus
+
+        return bool(self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED))
+
+    def has_requests(self) -> bool:
+        s = self.scheduler
+        return bool(s.has_unfinished_requests() or s.has_finished_requests())
+
+    def schedule(self) -> Scheduled:
+        out = self.scheduler.schedule()
+        new = tuple(NewRequest(r.req_id, len(r.prompt_token_ids), r.num_computed_tokens,
+                               _block_ids(r.block_ids))
+                    for r in out.scheduled_new_reqs)
+        c = out.scheduled_cached_reqs
+        cached = tuple(
+            CachedRequest(rid, rid in c.resumed_req_ids, c.num_computed_tokens[i],
+                          c.num_output_tokens[i],
+                          None if c.new_block_ids[i] is None else _block_ids(c.new_block_ids[i]))
+            for i, rid in enumerate(c.req_ids))
+        return Scheduled(
+            new_reqs=new,
+            cached_reqs=cached,
+            num_scheduled_tokens=tuple(out.num_scheduled_tokens.items()),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            spec_tokens=tuple((rid, tuple(ids))
+                              for rid, ids in out.scheduled_spec_decode_tokens.items()),
+            finished_req_ids=tuple(sorted(out.finished_req_ids)),
+            preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
+            num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
+            native=out,
+        )
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        from impl.sched.output import ModelRunnerOutput
+
+        result = self.scheduler.update_from_output(scheduled.native, ModelRunnerOutput(
+            req_ids=list(output.req_ids),
+            req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
+            sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+        ))
+        outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
+                                    o.stop_reason) for o in result)
+        s = self.scheduler.make_stats().prefix_cache_stats
+        stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
+                                                  s.preempted_requests, s.preempted_queries,
+                                                  s.preempted_hits)
+        return Update(outputs, stats)
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
+        from impl.sched.output import DraftTokenIds
+
+        self.scheduler.update_draft_token_ids(DraftTokenIds(
+            req_ids=[rid for rid, _ in drafts], draft_token_ids=[list(d) for _, d in drafts]))
+
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        manager = self.scheduler.kv_cache_manager
+        tables = {}
+        for rid in request_ids:
+            ids = _block_ids(manager.get_block_ids(rid))
+            if any(ids):
+                tables[rid] = ids
+        return tables
+
+    def state(self) -> SystemState:
+        s = self.scheduler
+        pool = s.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is not None)
+        waiting = [r.request_id for r in s.skipped_waiting]
+        waiting += [r.request_id for r in s.waiting]
+        return SystemState(
+            running=tuple(r.request_id for r in s.running),
+            waiting=tuple(waiting),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, cached, free - cached),
+        )
+
+    def take_events(self) -> tuple[CacheEvent, ...]:
+        return tuple(_event(e) for e in self.scheduler.kv_cache_manager.take_events())
+
+    def check_integrity(self) -> None:
+        self.scheduler.kv_cache_manager.check_integrity()
+
+
+def _block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
+    return tuple(tuple(ids) for ids in per_group)
+
+
+def _event(event: Any) -> CacheEvent:
+    kind = type(event).__name__
+    if kind == "BlockStored":
+        parent = event.parent_block_hash
+        return CacheEvent("stored", event.group_id,
+                          tuple(external_hash(h) for h in event.block_hashes),
+                          None if parent is None else external_hash(parent),
+                          len(event.token_ids))
+    if kind == "BlockRemoved":
+        return CacheEvent("removed", event.group_id,
+                          tuple(external_hash(h) for h in event.block_hashes))
+    return CacheEvent("cleared")

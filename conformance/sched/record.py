@@ -1,0 +1,147 @@
+"""`StepRecord`: everything observable about one engine step, canonical and comparable.
+
+A record is plain data (ints, strings, tuples of them) so it can be diffed, hashed and written
+as JSON. Its JSON form is the comparison form too: the comparer walks `to_json()` in field
+order, so the first differing field it reports is the first one listed here. Sets the
+scheduler keeps (finished, preempted, resumed ids) are sorted by the adapters; ordered things
+(the scheduling order, queue order) keep their order.
+
+`block_tables` holds the whole table of every scheduled request whose table changed since
+the system's previous record (allocation, sliding-window recycling, a resume after preemption);
+unchanged tables are left out, which keeps traces of long replays small without hiding a change.
+
+One record per driver step, including idle steps (no request known yet) and, under async
+scheduling, steps that schedule a batch without applying one. `applied_step` says which step's
+batch had its output applied in this step (always `step` itself in the sync loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.sched.system import BlockCounts, BlockIds, CacheStats, TokenOutput
+
+SCHEDULE_FIELDS: tuple[str, ...] = (
+    "step", "num_scheduled_tokens", "preempted", "finished", "aborted", "finish_reasons",
+)
+"""What the `schedule` level compares: token counts, preemptions and finishes only."""
+
+REQUEST_KEYED_FIELDS: frozenset[str] = frozenset({
+    "num_scheduled_tokens", "num_computed_tokens", "num_output_tokens", "spec_tokens",
+    "new_block_ids", "block_tables", "outputs", "finish_reasons",
+})
+"""Fields whose JSON form is a dict keyed by request id."""
+
+BLOCK_ID_FIELDS: frozenset[str] = frozenset({"new_block_ids", "block_tables"})
+"""Fields holding physical block ids: the `renamed` level compares them up to a bijection."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    step: int
+    scheduled: bool
+    scheduled_new: tuple[str, ...]
+    scheduled_cached: tuple[str, ...]
+    scheduled_resumed: tuple[str, ...]
+    num_scheduled_tokens: tuple[tuple[str, int], ...]
+    total_num_scheduled_tokens: int
+    num_computed_tokens: tuple[tuple[str, int], ...]
+    num_output_tokens: tuple[tuple[str, int], ...]
+    spec_tokens: tuple[tuple[str, tuple[int, ...]], ...]
+    new_block_ids: tuple[tuple[str, BlockIds | None], ...]
+    block_tables: tuple[tuple[str, BlockIds], ...]
+    preempted: tuple[str, ...]
+    finished: tuple[str, ...]
+    aborted: tuple[str, ...]
+    num_common_prefix_blocks: tuple[int, ...]
+    applied_step: int | None
+    outputs: tuple[TokenOutput, ...]
+    blocks: BlockCounts
+    num_running: int
+    num_waiting: int
+    prefix_cache: CacheStats | None
+
+    def finish_reasons(self) -> dict[str, str]:
+        return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
+
+    def request_ids(self) -> set[str]:
+        """Every request this step mentions (for a divergence's "requests involved")."""
+        ids = set(self.scheduled_new) | set(self.scheduled_cached) | set(self.preempted)
+        ids |= set(self.finished) | set(self.aborted) | {o.req_id for o in self.outputs}
+        return ids
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form, in field order; also what the comparer compares."""
+        return {
+            "step": self.step,
+            "scheduled": self.scheduled,
+            "scheduled_new": list(self.scheduled_new),
+            "scheduled_cached": list(self.scheduled_cached),
+            "scheduled_resumed": list(self.scheduled_resumed),
+            "num_scheduled_tokens": dict(self.num_scheduled_tokens),
+            "total_num_scheduled_tokens": self.total_num_scheduled_tokens,
+            "num_computed_tokens": dict(self.num_computed_tokens),
+            "num_output_tokens": dict(self.num_output_tokens),
+            "spec_tokens": {rid: list(ids) for rid, ids in self.spec_tokens},
+            "new_block_ids": {rid: _ids_json(ids) for rid, ids in self.new_block_ids},
+            "block_tables": {rid: _ids_json(ids) for rid, ids in self.block_tables},
+            "preempted": list(self.preempted),
+            "finished": list(self.finished),
+            "aborted": list(self.aborted),
+            "num_common_prefix_blocks": list(self.num_common_prefix_blocks),
+            "applied_step": self.applied_step,
+            "outputs": {o.req_id: {"new_token_ids": list(o.new_token_ids),
+                                   "finish_reason": o.finish_reason,
+                                   "stop_reason": o.stop_reason} for o in self.outputs},
+            "finish_reasons": self.finish_reasons(),
+            "blocks": {"active": self.blocks.active, "cached": self.blocks.cached,
+                       "empty": self.blocks.empty},
+            "num_running": self.num_running,
+            "num_waiting": self.num_waiting,
+            "prefix_cache": None if self.prefix_cache is None else {
+                "requests": self.prefix_cache.requests, "queries": self.prefix_cache.queries,
+                "hits": self.prefix_cache.hits,
+                "preempted_requests": self.prefix_cache.preempted_requests,
+                "preempted_queries": self.prefix_cache.preempted_queries,
+                "preempted_hits": self.prefix_cache.preempted_hits,
+            },
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> StepRecord:
+        """The inverse of `to_json` (for golden files and traces read back)."""
+        pc = data["prefix_cache"]
+        return StepRecord(
+            step=data["step"],
+            scheduled=data["scheduled"],
+            scheduled_new=tuple(data["scheduled_new"]),
+            scheduled_cached=tuple(data["scheduled_cached"]),
+            scheduled_resumed=tuple(data["scheduled_resumed"]),
+            num_scheduled_tokens=tuple(data["num_scheduled_tokens"].items()),
+            total_num_scheduled_tokens=data["total_num_scheduled_tokens"],
+            num_computed_tokens=tuple(data["num_computed_tokens"].items()),
+            num_output_tokens=tuple(data["num_output_tokens"].items()),
+            spec_tokens=tuple((k, tuple(v)) for k, v in data["spec_tokens"].items()),
+            new_block_ids=tuple((k, _ids_tuple(v)) for k, v in data["new_block_ids"].items()),
+            block_tables=tuple((k, _ids_tuple(v) or ()) for k, v in data["block_tables"].items()),
+            preempted=tuple(data["preempted"]),
+            finished=tuple(data["finished"]),
+            aborted=tuple(data["aborted"]),
+            num_common_prefix_blocks=tuple(data["num_common_prefix_blocks"]),
+            applied_step=data["applied_step"],
+            outputs=tuple(TokenOutput(rid, tuple(o["new_token_ids"]), o["finish_reason"],
+                                      o["stop_reason"]) for rid, o in data["outputs"].items()),
+            blocks=BlockCounts(**data["blocks"]),
+            num_running=data["num_running"],
+            num_waiting=data["num_waiting"],
+            prefix_cache=None if pc is None else CacheStats(**pc),
+        )
+
+
+def _ids_json(ids: BlockIds | None) -> list[list[int]] | None:
+    return None if ids is None else [list(group) for group in ids]
+
+
+def _ids_tuple(ids: list[list[int]] | None) -> BlockIds | None:
+    return None if ids is None else tuple(tuple(group) for group in ids)

@@ -1,0 +1,105 @@
+"""`FakeRunner`: plays the model runner (and drafter) for one system, using the token model.
+
+It keeps what a real runner keeps per request: how many tokens it knows (prompt plus every
+token it has sampled), its verification-step count and its latest drafts. A scheduled request
+samples only when the step reaches the end of what the runner knows, so partial prefill chunks
+and re-prefills after a preemption sample nothing, as on a GPU. Positions come from the runner's
+own count, not from the scheduler's optimistic `num_computed_tokens`, which under async
+scheduling with speculative decoding runs ahead of the truth until rejections are applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from conformance.sched.system import RunnerOutput, Scheduled
+from conformance.sched.token_model import TokenModel
+from workloads.model import Workload
+
+
+@dataclass(slots=True)
+class _RequestState:
+    prompt_len: int
+    known: int
+    verify_steps: int = 0
+    drafts: list[int] = field(default_factory=list)
+
+
+class FakeRunner:
+    def __init__(self, workload: Workload, async_scheduling: bool) -> None:
+        self.model = TokenModel(workload)
+        self.num_spec_tokens = workload.config.num_spec_tokens
+        self.async_scheduling = async_scheduling
+        self._prompt_len = {r.request_id: r.prompt_len for r in workload.requests}
+        self._state: dict[str, _RequestState] = {}
+
+    def execute(self, scheduled: Scheduled) -> RunnerOutput:
+        """Run one scheduled step: sampled tokens per request, in batch order."""
+        computed: dict[str, int] = {}
+        for new in scheduled.new_reqs:
+            computed[new.req_id] = new.num_computed_tokens
+            state = self._state.get(new.req_id)
+            if state is None:
+                plen = self._prompt_len[new.req_id]
+                self._state[new.req_id] = _RequestState(plen, plen)
+            else:
+                state.drafts = []
+        for cached in scheduled.cached_reqs:
+            computed[cached.req_id] = cached.num_computed_tokens
+            if cached.resumed:
+                self._state[cached.req_id].drafts = []
+        spec = dict(scheduled.spec_tokens)
+        req_ids: list[str] = []
+        sampled: list[tuple[int, ...]] = []
+        for rid, num_tokens in scheduled.num_scheduled_tokens:
+            req_ids.append(rid)
+            sampled.append(self._sample(rid, computed[rid], num_tokens, spec.get(rid, ())))
+        return RunnerOutput(tuple(req_ids), tuple(sampled))
+
+    def _sample(self, rid: str, start: int, num_tokens: int,
+                spec: tuple[int, ...]) -> tuple[int, ...]:
+        state = self._state[rid]
+        if start + num_tokens - len(spec) < state.known:
+            return ()  # a prefill chunk that does not reach the end: nothing is sampled
+        accepted = 0
+        if spec:
+            valid = self._valid_drafts(state, spec)
+            planned = self.model.accepted(rid, state.verify_steps, self.num_spec_tokens)
+            accepted = min(planned, valid)
+            state.verify_steps += 1
+        first = state.known - state.prompt_len
+        tokens = tuple(self.model.token(rid, first + j) for j in range(accepted + 1))
+        state.known += len(tokens)
+        state.drafts = []
+        if self.async_scheduling and self.num_spec_tokens:
+            state.drafts = self._propose(rid, state)
+        return tokens
+
+    def _valid_drafts(self, state: _RequestState, spec: tuple[int, ...]) -> int:
+        """Drafts that are real: sync schedulers hold the drafts themselves (-1 marks padding);
+        async ones hold placeholders only, and the runner's own drafts are the real ones."""
+        if self.async_scheduling:
+            return min(len(spec), len(state.drafts))
+        valid = 0
+        while valid < len(spec) and spec[valid] >= 0:
+            valid += 1
+        return valid
+
+    def _propose(self, rid: str, state: _RequestState) -> list[int]:
+        start = state.known - state.prompt_len
+        planned = self.model.accepted(rid, state.verify_steps, self.num_spec_tokens)
+        return self.model.draft(rid, start, self.num_spec_tokens, planned)
+
+    def take_drafts(self, output: RunnerOutput) -> list[tuple[str, list[int]]]:
+        """Sync spec decode: drafts for every request that sampled in `output` (post_step)."""
+        drafts = []
+        for rid, tokens in zip(output.req_ids, output.sampled_token_ids, strict=True):
+            state = self._state.get(rid)  # None: it finished in this very step
+            if tokens and state is not None:
+                state.drafts = self._propose(rid, state)
+                drafts.append((rid, list(state.drafts)))
+        return drafts
+
+    def forget(self, request_id: str) -> None:
+        """The request finished or was aborted; nothing more will be scheduled for it."""
+        self._state.pop(request_id, None)

@@ -1,0 +1,124 @@
+"""The default conformance suite: bundled workloads plus the variants none of them covers.
+
+Each behaviour the issue lists is covered by at least one entry (see `COVERS`): FCFS and
+priority, prefix caching on and off, chunked prefill with and without a threshold and off,
+preemption storms, aborts mid-prefill and mid-decode, EOS / stop / max_tokens / min_tokens,
+spec decode sync and async, async scheduling, the three hybrid KV layouts, and the CI-sized
+Mooncake and Azure replays. Variants are a bundled workload with `dataclasses.replace` on its
+config (or, for aborts, on its abort list), so they stay as small as the workloads they come
+from. `integrity_every` spaces out the twin's integrity checks on the big replays, where a
+full-pool check every step would dominate the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from conformance.errors import UserError
+from workloads import AbortSpec, KVCacheGroup, Workload, list_workloads, load
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteEntry:
+    name: str
+    covers: str
+    make: Callable[[], Workload]
+    integrity_every: int = 1
+
+
+def _variant(base: str, name: str, description: str, **config: object) -> Callable[[], Workload]:
+    def make() -> Workload:
+        workload = load(base)
+        return replace(workload, name=name, description=f"{workload.description}; {description}",
+                       config=replace(workload.config, **config))  # type: ignore[arg-type]
+    return make
+
+
+def _aborts() -> Workload:
+    """long-context (128-token prefill chunks) with aborts planted at both ends of a request's
+    life: every 4th request one step after it arrives (its prompt needs several chunks, so it
+    is still prefilling), every 4th + 2 once its prompt is surely done (decoding)."""
+    workload = load("long-context")
+    aborts = []
+    for index, request in enumerate(workload.requests):
+        if index % 4 == 0:
+            aborts.append(AbortSpec(request.request_id, request.arrival_step + 1))
+        elif index % 4 == 2:
+            chunks = -(-request.prompt_len // 128)
+            aborts.append(AbortSpec(request.request_id, request.arrival_step + 4 * chunks + 12))
+    return replace(workload, name="aborts-mid-prefill-decode",
+                   description=f"{workload.description}; aborts mid-prefill and mid-decode",
+                   aborts=tuple(sorted(aborts, key=lambda a: a.step)))
+
+
+def _bundled(name: str) -> Callable[[], Workload]:
+    return lambda: load(name)
+
+
+ENTRIES: tuple[SuiteEntry, ...] = (
+    SuiteEntry("decode-heavy", "FCFS; EOS, stop tokens, max_tokens, min_tokens",
+               _bundled("decode-heavy")),
+    SuiteEntry("priority-mix", "priority policy with priority preemption",
+               _bundled("priority-mix")),
+    SuiteEntry("prefix-sharing", "prefix caching on, shared prefixes, cache salts",
+               _bundled("prefix-sharing")),
+    SuiteEntry("prefix-sharing-no-cache", "prefix caching off",
+               _variant("prefix-sharing", "prefix-sharing-no-cache", "prefix caching off",
+                        enable_prefix_caching=False)),
+    SuiteEntry("long-context", "chunked prefill with a long-prefill threshold",
+               _bundled("long-context")),
+    SuiteEntry("long-context-no-threshold", "chunked prefill without a threshold",
+               _variant("long-context", "long-context-no-threshold", "no prefill threshold",
+                        long_prefill_token_threshold=0)),
+    SuiteEntry("decode-heavy-no-chunking", "chunked prefill off",
+               _variant("decode-heavy", "decode-heavy-no-chunking", "chunked prefill off",
+                        enable_chunked_prefill=False)),
+    SuiteEntry("preemption-storm", "preemption storms (and two aborts)",
+               _bundled("preemption-storm")),
+    SuiteEntry("aborts-mid-prefill-decode", "aborts mid-prefill and mid-decode", _aborts),
+    SuiteEntry("spec-decode", "speculative decoding, sync", _bundled("spec-decode")),
+    SuiteEntry("spec-decode-async", "speculative decoding under async scheduling",
+               _variant("spec-decode", "spec-decode-async", "async scheduling",
+                        async_scheduling=True)),
+    SuiteEntry("bursty", "async scheduling with bursts and aborts", _bundled("bursty")),
+    SuiteEntry("multi-turn", "multi-turn conversations reusing prefixes",
+               _bundled("multi-turn")),
+    SuiteEntry("agent-sessions", "agent sessions, xxhash", _bundled("agent-sessions")),
+    SuiteEntry("hybrid-sliding-window", "hybrid full + sliding window",
+               _bundled("hybrid-sliding-window")),
+    SuiteEntry("hybrid-chunked-local", "hybrid full + chunked local attention",
+               _variant("hybrid-sliding-window", "hybrid-chunked-local",
+                        "groups full + chunked_local(128)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("chunked_local", attention_chunk_size=128)))),
+    SuiteEntry("hybrid-mamba", "hybrid full + mamba",
+               _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba",
+                        kv_cache_groups=(KVCacheGroup("full"), KVCacheGroup("mamba")))),
+    SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
+               integrity_every=50),
+    SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),
+               integrity_every=50),
+)
+
+SUITE: MappingProxyType[str, SuiteEntry] = MappingProxyType({e.name: e for e in ENTRIES})
+
+
+def suite_names() -> tuple[str, ...]:
+    return tuple(SUITE)
+
+
+def resolve_workload(name_or_path: str) -> tuple[Workload, int]:
+    """A suite entry by name, else a bundled workload or a workload file (`workloads.load`).
+
+    Returns the workload and how often to check the twin's integrity (every N steps)."""
+    entry = SUITE.get(name_or_path)
+    if entry is not None:
+        return entry.make(), entry.integrity_every
+    try:
+        return load(name_or_path), 1
+    except UserError as err:
+        if name_or_path in list_workloads():
+            raise
+        raise UserError(f"{err}; suite entries: {', '.join(SUITE)}") from None

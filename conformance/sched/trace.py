@@ -1,0 +1,87 @@
+"""Per-step trace JSONL for any system, in the spirit of seed 002's per-step tracer.
+
+One line per driver step: the snapshot before it (queues in visiting order and block counts),
+the prefix-cache events the step caused, and the decision after it (the full `StepRecord`).
+Active, cached and empty blocks are kept apart as seed 003 section 8 asks: "free" alone hides
+whether a free block still holds reusable prefix-cache content.
+
+Lines are written with a fixed key order and no whitespace, and every value is deterministic
+(sets are sorted by the adapters, NONE_HASH is pinned), so two runs of one workload write
+byte-identical traces whatever PYTHONHASHSEED is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from conformance.sched.driver import Step
+from conformance.sched.system import BlockCounts, CacheEvent, SystemState
+
+TRACE_FORMAT = "vtwin-sched-trace/1"
+
+
+def blocks_json(blocks: BlockCounts) -> dict[str, int]:
+    return {"active": blocks.active, "cached": blocks.cached, "empty": blocks.empty}
+
+
+def state_json(state: SystemState) -> dict[str, Any]:
+    return {"running": list(state.running), "waiting": list(state.waiting),
+            "blocks": blocks_json(state.blocks)}
+
+
+def event_json(event: CacheEvent) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": event.kind}
+    if event.kind != "cleared":
+        out["group"] = event.group
+        out["block_hashes"] = list(event.block_hashes)
+    if event.kind == "stored":
+        out["parent_hash"] = event.parent_hash
+        out["num_tokens"] = event.num_tokens
+    return out
+
+
+def step_json(step: Step) -> dict[str, Any]:
+    return {
+        "step": step.record.step,
+        "before": state_json(step.before),
+        "events": [event_json(e) for e in step.events],
+        "after": step.record.to_json(),
+    }
+
+
+def dumps_line(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=True) + "\n"
+
+
+class TraceWriter:
+    """Streams a trace to `path`: a header line naming the format, system and workload, then
+    one line per step."""
+
+    def __init__(self, path: Path, system: str, workload: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = path.open("w", encoding="utf-8", newline="\n")
+        self._file.write(dumps_line({"format": TRACE_FORMAT, "system": system,
+                                     "workload": workload}))
+
+    def write(self, step: Step) -> None:
+        self._file.write(dumps_line(step_json(step)))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """All lines of a trace, header first."""
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]

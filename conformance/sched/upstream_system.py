@@ -1,0 +1,235 @@
+"""`UpstreamSystem`: vLLM 0.32.0's V1 `Scheduler` (or `AsyncScheduler`) as a `System`.
+
+Built in-process from a workload's `EngineConfig` (see `upstream_config`), driven the way
+`EngineCore.step` / `step_with_batch_queue` drive it, and read back into canonical records.
+Two process-wide settings are pinned so runs are reproducible: NONE_HASH comes from the same
+seed the twin uses (never from PYTHONHASHSEED), and KV-cache events are captured instead of
+published. vLLM is imported only when an instance is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.errors import UserError
+from conformance.sched.system import (
+    NONE_HASH_SEED,
+    BlockCounts,
+    BlockIds,
+    CachedRequest,
+    CacheEvent,
+    CacheStats,
+    NewRequest,
+    RunnerOutput,
+    Scheduled,
+    SystemState,
+    TokenOutput,
+    Update,
+    external_hash,
+)
+from conformance.sched.upstream_config import build_kv_cache_config, build_vllm_config
+from workloads.model import EngineConfig, RequestSpec
+
+
+class _EventSink:
+    """Stands in for upstream's KV-event publisher: keeps each published batch's events."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def publish(self, batch: Any) -> None:
+        self.events.extend(batch.events)
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+class UpstreamSystem:
+    name = "upstream-0.32.0"
+
+    def __init__(self, config: EngineConfig) -> None:
+        from vllm import __version__ as version
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        from impl.core.hashing import make_none_hash
+
+        if not version.startswith("0.32."):
+            raise UserError(f"the {self.name} adapter drives vLLM 0.32.x; installed: {version}")
+        self.config = config
+        vllm_config = build_vllm_config(config)
+        hash_fn = get_hash_fn_by_name(config.hash_algo)
+        # Not init_none_hash(hash_fn): it derives the seed from PYTHONHASHSEED (or at random,
+        # with a warning, for xxhash), and we replace its result anyway.
+        self._none_hash = kv_cache_utils.BlockHash(make_none_hash(config.hash_algo, NONE_HASH_SEED))
+        self._pin_none_hash()
+        scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
+        self.scheduler: Any = scheduler_cls(
+            vllm_config=vllm_config,
+            kv_cache_config=build_kv_cache_config(config),
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=config.block_size,
+            hash_block_size=config.effective_hash_block_size,
+            log_stats=True,
+        )
+        # The records follow the V1 model runner's layout (resumed requests are cached ones);
+        # V2 is only chosen where Triton runs, which a CPU oracle never has, but pin it anyway.
+        self.scheduler.use_v2_model_runner = False
+        pool = self.scheduler.kv_cache_manager.block_pool
+        pool.enable_kv_cache_events = True
+        self.scheduler.kv_cache_manager.enable_kv_cache_events = True
+        self._sink = _EventSink()
+        self.scheduler.kv_event_publisher = self._sink
+        self._block_hasher = kv_cache_utils.get_request_block_hasher(
+            config.effective_hash_block_size, hash_fn)
+
+    def _pin_none_hash(self) -> None:
+        from vllm.v1.core import kv_cache_utils
+
+        kv_cache_utils.NONE_HASH = self._none_hash
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from vllm.lora.request import LoRARequest
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(
+            max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+            stop_token_ids=list(request.stop_token_ids), ignore_eos=request.ignore_eos,
+        )
+        if request.eos_token_id is not None:
+            # What the engine's input processor does with the model's EOS id.
+            params.update_from_generation_config({}, request.eos_token_id)
+        lora = (LoRARequest(request.lora_name, 1, f"/loras/{request.lora_name}")
+                if request.lora_name else None)
+        self._pin_none_hash()
+        self.scheduler.add_request(Request(
+            request.request_id, list(request.prompt_token_ids), params, None,
+            arrival_time=arrival_time, priority=request.priority,
+            cache_salt=request.cache_salt, lora_request=lora,
+            block_hasher=self._block_hasher,
+        ))
+
+    def abort(self, request_id: str) -> bool:
+        from vllm.v1.request import RequestStatus
+
+        return bool(self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED))
+
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
+
+    # -- one step ---------------------------------------------------------------------------
+    def schedule(self) -> Scheduled:
+        self._pin_none_hash()
+        out = self.scheduler.schedule()
+        new = tuple(
+            NewRequest(r.req_id, len(r.prompt_token_ids or ()), r.num_computed_tokens,
+                       _block_ids(r.block_ids))
+            for r in out.scheduled_new_reqs
+        )
+        c = out.scheduled_cached_reqs
+        cached = tuple(
+            CachedRequest(
+                rid, rid in c.resumed_req_ids, c.num_computed_tokens[i], c.num_output_tokens[i],
+                None if c.new_block_ids[i] is None else _block_ids(c.new_block_ids[i]),
+            )
+            for i, rid in enumerate(c.req_ids)
+        )
+        return Scheduled(
+            new_reqs=new,
+            cached_reqs=cached,
+            num_scheduled_tokens=tuple(out.num_scheduled_tokens.items()),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            spec_tokens=tuple((rid, tuple(ids))
+                              for rid, ids in out.scheduled_spec_decode_tokens.items()),
+            finished_req_ids=tuple(sorted(out.finished_req_ids)),
+            preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
+            num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
+            native=out,
+        )
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        runner_output = ModelRunnerOutput(
+            req_ids=list(output.req_ids),
+            req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
+            sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+        )
+        self._pin_none_hash()
+        result = self.scheduler.update_from_output(scheduled.native, runner_output)
+        outputs: list[TokenOutput] = []
+        stats: CacheStats | None = None
+        for client in sorted(result):
+            eco = result[client]
+            for o in eco.outputs:
+                reason = None if o.finish_reason is None else str(o.finish_reason)
+                outputs.append(TokenOutput(o.request_id, tuple(o.new_token_ids), reason,
+                                           o.stop_reason))
+            if eco.scheduler_stats is not None:
+                s = eco.scheduler_stats.prefix_cache_stats
+                stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
+                                   s.preempted_queries, s.preempted_hits)
+        return Update(tuple(outputs), stats)
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
+        from vllm.v1.outputs import DraftTokenIds
+
+        self.scheduler.update_draft_token_ids(DraftTokenIds(
+            req_ids=[rid for rid, _ in drafts], draft_token_ids=[list(d) for _, d in drafts]))
+
+    # -- observation ------------------------------------------------------------------------
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        manager = self.scheduler.kv_cache_manager
+        tables = {}
+        for rid in request_ids:
+            ids = _block_ids(manager.get_block_ids(rid))
+            if any(ids):
+                tables[rid] = ids
+        return tables
+
+    def state(self) -> SystemState:
+        s = self.scheduler
+        pool = s.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        # `_block_hash` rather than the `block_hash` property: this runs over the whole pool
+        # every step. The null block has no hash, so it is never counted.
+        cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and b._block_hash is not None)
+        waiting = [r.request_id for r in s.kv_holding_waiting]
+        waiting += [r.request_id for r in s.waiting]
+        return SystemState(
+            running=tuple(r.request_id for r in s.running),
+            waiting=tuple(waiting),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, cached, free - cached),
+        )
+
+    def take_events(self) -> tuple[CacheEvent, ...]:
+        events, self._sink.events = self._sink.events, []
+        events.extend(self.scheduler.kv_cache_manager.take_events() or ())
+        return tuple(_event(e) for e in events)
+
+    def check_integrity(self) -> None:
+        """Upstream has no integrity check of its own; the comparison is the check."""
+
+
+def _block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
+    return tuple(tuple(ids) for ids in per_group)
+
+
+def _event(event: Any) -> CacheEvent:
+    kind = type(event).__name__
+    if kind == "BlockStored":
+        parent = event.parent_block_hash
+        return CacheEvent("stored", event.group_idx,
+                          tuple(external_hash(h) for h in event.block_hashes),
+                          None if parent is None else external_hash(parent),
+                          len(event.token_ids))
+    if kind == "BlockRemoved":
+        return CacheEvent("removed", event.group_idx,
+                          tuple(external_hash(h) for h in event.block_hashes))
+    return CacheEvent("cleared")

