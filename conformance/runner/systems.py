@@ -26,6 +26,8 @@ UPSTREAM_ENV = {
     "HF_HUB_OFFLINE": "1",
 }
 
+KV_CACHE_MEMORY_BYTES = 256 << 20  # upstream engine KV cache: far more than tests use
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:
@@ -91,7 +93,9 @@ def upstream_generate(model_dir: Path, workload: RunnerWorkload,
             block_size=workload.block_size, num_gpu_blocks_override=workload.num_blocks,
             max_model_len=workload.max_model_len, max_num_seqs=workload.max_num_seqs,
             max_num_batched_tokens=workload.max_num_batched_tokens, enable_prefix_caching=True,
-            gpu_memory_utilization=0.1, seed=0, scheduler_cls=scheduler_cls)
+            # A fixed KV budget: sized from free memory, the CPU worker's request goes negative
+            # once the test process itself holds a few GiB (torch, vllm, earlier tests).
+            kv_cache_memory_bytes=KV_CACHE_MEMORY_BYTES, seed=0, scheduler_cls=scheduler_cls)
         try:
             params = SamplingParams(max_tokens=workload.max_tokens, temperature=0.0,
                                     ignore_eos=True)
