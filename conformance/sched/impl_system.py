@@ -25,6 +25,8 @@ from conformance.sched.system import (
     SystemState,
     TokenOutput,
     Update,
+    block_ids,
+    block_tables_of,
     external_hash,
 )
 from conformance.sched.upstream_config import group_shape
@@ -99,13 +101,13 @@ class ImplSystem:
     def schedule(self) -> Scheduled:
         out = self.scheduler.schedule()
         new = tuple(NewRequest(r.req_id, len(r.prompt_token_ids), r.num_computed_tokens,
-                               _block_ids(r.block_ids))
+                               block_ids(r.block_ids))
                     for r in out.scheduled_new_reqs)
         c = out.scheduled_cached_reqs
         cached = tuple(
             CachedRequest(rid, rid in c.resumed_req_ids, c.num_computed_tokens[i],
                           c.num_output_tokens[i],
-                          None if c.new_block_ids[i] is None else _block_ids(c.new_block_ids[i]))
+                          None if c.new_block_ids[i] is None else block_ids(c.new_block_ids[i]))
             for i, rid in enumerate(c.req_ids))
         return Scheduled(
             new_reqs=new,
@@ -143,13 +145,7 @@ class ImplSystem:
             req_ids=[rid for rid, _ in drafts], draft_token_ids=[list(d) for _, d in drafts]))
 
     def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
-        manager = self.scheduler.kv_cache_manager
-        tables = {}
-        for rid in request_ids:
-            ids = _block_ids(manager.get_block_ids(rid))
-            if any(ids):
-                tables[rid] = ids
-        return tables
+        return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
 
     def state(self) -> SystemState:
         s = self.scheduler
@@ -169,10 +165,6 @@ class ImplSystem:
 
     def check_integrity(self) -> None:
         self.scheduler.kv_cache_manager.check_integrity()
-
-
-def _block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
-    return tuple(tuple(ids) for ids in per_group)
 
 
 def _event(event: Any) -> CacheEvent:

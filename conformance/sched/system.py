@@ -14,7 +14,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from conformance.errors import UserError
 from workloads.model import EngineConfig, RequestSpec
@@ -23,6 +23,22 @@ NONE_HASH_SEED = "0"
 """The seed every adapter derives NONE_HASH from, whatever PYTHONHASHSEED says."""
 
 BlockIds = tuple[tuple[int, ...], ...]
+
+
+def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
+    """Block ids per group as the records hold them (tuples: hashable, comparable)."""
+    return tuple(tuple(ids) for ids in per_group)
+
+
+def block_tables_of(manager: Any, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+    """The whole non-empty block tables of `request_ids` from a KV-cache manager (impl's or
+    upstream's: both expose `get_block_ids(request_id)`)."""
+    tables = {}
+    for rid in request_ids:
+        ids = block_ids(manager.get_block_ids(rid))
+        if any(ids):
+            tables[rid] = ids
+    return tables
 """Block ids per KV-cache group, in group order."""
 
 

@@ -26,6 +26,8 @@ from conformance.sched.system import (
     SystemState,
     TokenOutput,
     Update,
+    block_ids,
+    block_tables_of,
     external_hash,
 )
 from conformance.sched.upstream_config import build_kv_cache_config, build_vllm_config
@@ -129,14 +131,14 @@ class UpstreamSystem:
         out = self.scheduler.schedule()
         new = tuple(
             NewRequest(r.req_id, len(r.prompt_token_ids or ()), r.num_computed_tokens,
-                       _block_ids(r.block_ids))
+                       block_ids(r.block_ids))
             for r in out.scheduled_new_reqs
         )
         c = out.scheduled_cached_reqs
         cached = tuple(
             CachedRequest(
                 rid, rid in c.resumed_req_ids, c.num_computed_tokens[i], c.num_output_tokens[i],
-                None if c.new_block_ids[i] is None else _block_ids(c.new_block_ids[i]),
+                None if c.new_block_ids[i] is None else block_ids(c.new_block_ids[i]),
             )
             for i, rid in enumerate(c.req_ids)
         )
@@ -185,13 +187,7 @@ class UpstreamSystem:
 
     # -- observation ------------------------------------------------------------------------
     def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
-        manager = self.scheduler.kv_cache_manager
-        tables = {}
-        for rid in request_ids:
-            ids = _block_ids(manager.get_block_ids(rid))
-            if any(ids):
-                tables[rid] = ids
-        return tables
+        return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
 
     def state(self) -> SystemState:
         s = self.scheduler
@@ -215,10 +211,6 @@ class UpstreamSystem:
 
     def check_integrity(self) -> None:
         """Upstream has no integrity check of its own; the comparison is the check."""
-
-
-def _block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
-    return tuple(tuple(ids) for ids in per_group)
 
 
 def _event(event: Any) -> CacheEvent:
