@@ -1,6 +1,7 @@
 """Hypothesis profiles for the differential tests.
 
-`default`: >= 200 examples per KV family (CI), derandomized so a CI run is reproducible. `nightly`: >= 5,000. `quick`: a smoke pass.
+`default`: >= 200 examples per KV family (CI), derandomized so a CI run is reproducible.
+`nightly`: >= 5,000, fresh examples each run. `quick`: a smoke pass.
 Pick one with HYPOTHESIS_PROFILE=nightly (or pytest --hypothesis-profile nightly).
 """
 
