@@ -1,8 +1,7 @@
-"""Errors a user can cause, printed by the CLI as one line without a traceback."""
+"""Errors a user can cause, printed by the CLI as one line without a traceback.
 
+The types live in `vtwin.errors` (below every layer); this module keeps the old import path."""
 
-class UserError(Exception):
-    """Bad input from a user: a malformed file, an unknown name, an invalid option.
+from vtwin.errors import IntegrityError, UserError
 
-    The message must say what was wrong and where (file, line, field, request id).
-    """
+__all__ = ["IntegrityError", "UserError"]

@@ -164,7 +164,7 @@ class ImplSystem:
         return tuple(_event(e) for e in self.scheduler.kv_cache_manager.take_events())
 
     def check_integrity(self) -> None:
-        self.scheduler.kv_cache_manager.check_integrity()
+        self.scheduler.check_integrity()
 
 
 def _event(event: Any) -> CacheEvent:

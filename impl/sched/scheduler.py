@@ -26,6 +26,7 @@ from impl.sched.request_queue import (
     create_request_queue,
 )
 from impl.sched.updates import SchedulerUpdates
+from vtwin.errors import IntegrityError
 
 
 class Scheduler(SchedulerUpdates):
@@ -120,11 +121,13 @@ class Scheduler(SchedulerUpdates):
 
         if not preempted:
             token_budget = self._admit_waiting(token_budget, scheduled_new, scheduled_resumed,
-                                               new_blocks_of, num_scheduled, spec_tokens)
+                                               new_blocks_of, num_scheduled, spec_tokens,
+                                               scheduled_running)
 
         total = sum(num_scheduled.values())
-        assert total <= self.max_num_scheduled_tokens and token_budget >= 0
-        assert len(self.running) <= self.max_num_running_reqs
+        if total > self.max_num_scheduled_tokens or token_budget < 0:
+            raise IntegrityError(f"scheduler: {total} tokens scheduled, budget "
+                                 f"{self.max_num_scheduled_tokens} (left {token_budget})")
         output = SchedulerOutput(
             scheduled_new_reqs=[
                 NewRequestData(r.request_id, list(r.prompt_token_ids),
@@ -160,8 +163,14 @@ class Scheduler(SchedulerUpdates):
     def _admit_waiting(self, token_budget: int, scheduled_new: list[Request],
                        scheduled_resumed: list[Request],
                        new_blocks_of: dict[str, KVCacheBlocks],
-                       num_scheduled: dict[str, int], spec_tokens: dict[str, list[int]]) -> int:
+                       num_scheduled: dict[str, int], spec_tokens: dict[str, list[int]],
+                       scheduled_running: list[Request]) -> int:
+        """Admit waiting (and preempted) requests while budget, seats and blocks last.
+
+        `scheduled_running`: the running requests this step scheduled; an admitted decode is
+        padded to a uniform spec-decode batch only if none of them continues a prefill."""
         config = self.scheduler_config
+        no_prefill_running = not any(r.is_prefill_chunk for r in scheduled_running)
         kv = self.kv_cache_manager
         threshold = self._prefill_threshold()
         while (self.waiting or self.skipped_waiting) and token_budget > 0:
@@ -175,14 +184,17 @@ class Scheduler(SchedulerUpdates):
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
             num_new = request.num_tokens - num_computed
+            pad = 0
+            if no_prefill_running and (scheduled_running or num_computed > 0):
+                pad = self._uniform_decode_padding(num_computed, num_new)
+                if pad and num_new + pad > token_budget:
+                    break  # upstream would rather not schedule it than schedule it unpadded
+                num_new += pad
             if 0 < threshold < num_new:
                 num_new = threshold
             if not config.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
-            pad = self._uniform_decode_padding(request, num_computed, num_new, token_budget,
-                                               spec_tokens)
-            num_new += pad
             blocks = kv.allocate_slots(request, num_new, num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
@@ -207,15 +219,20 @@ class Scheduler(SchedulerUpdates):
                 request.num_cached_tokens = num_computed
         return token_budget
 
-    def _uniform_decode_padding(self, request: Request, num_computed: int, num_new: int,
-                                token_budget: int, spec_tokens: dict[str, list[int]]) -> int:
-        """Placeholder drafts for an admitted request that needs just its last token while the
-        step's other requests verify drafts: padded to 1 + k tokens, it looks like every other
-        decode in the batch (upstream keeps spec-decode batches uniform this way)."""
+    def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
+        """Placeholder drafts for an admitted request that needs just its last token (a resumed
+        decode, or a prompt whose all but one token hit the cache): padded to 1 + k tokens it
+        looks like every other decode of a spec-decode batch, which keeps the batch uniform
+        (upstream does this to stay on its full CUDA graph). All or nothing: padding applies
+        only when the padded positions plus the token sampled after them fit `max_model_len`.
+
+        The caller checks the step-level conditions: no running request in this step is still
+        prefilling, and the step already scheduled a running request or this one has computed
+        tokens (a bare 1-token prompt alone is a prefill, not a decode)."""
         k = self.num_spec_tokens
-        if not k or not spec_tokens or num_new != 1 or request.num_tokens - num_computed != 1:
+        if not k or num_new != 1:
             return 0
-        return max(0, min(k, token_budget - 1, self.max_model_len - 1 - num_computed - 1))
+        return k if num_computed + 1 + k + 1 <= self.max_model_len else 0
 
     def _select_waiting_queue(self) -> FCFSRequestQueue | PriorityRequestQueue:
         """FCFS drains requests skipped earlier first; priority compares the two heads."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from impl.sched.request import Request, RequestStatus
 from impl.sched.stop import check_stop
@@ -32,6 +33,7 @@ class SchedulerUpdates:
     finished_req_ids: set[str]
     kv_cache_manager: KVCacheManager
     max_model_len: int
+    max_num_running_reqs: int
     num_preemptions: int
 
     def add_request(self, request: Request) -> None:
@@ -125,6 +127,11 @@ class SchedulerUpdates:
         self.finished_req_ids.add(request.request_id)
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
+
+    def check_integrity(self) -> None:
+        """Queues, statuses and block ownership agree (see `impl.sched.integrity`), then the KV
+        cache's own check; raises `IntegrityError`."""
+        check_scheduler_integrity(self)
 
     def get_request_counts(self) -> tuple[int, int]:
         return len(self.running), len(self.waiting) + len(self.skipped_waiting)

@@ -1,0 +1,79 @@
+"""The scheduler's integrity check: every request in exactly one place, in the right state.
+
+Comparison against upstream only sees what a step outputs; a scheduler can keep a request in
+two queues, or lose one from all of them, for many steps before any output shows it. These
+invariants catch that at the step it happens. They raise `IntegrityError` (not `assert`), so
+they hold under `python -O` too.
+
+| where a request is      | its status                      | its KV blocks | computed tokens     |
+| ----------------------- | ------------------------------- | ------------- | ------------------- |
+| `running`               | RUNNING                         | any           | <= tokens + drafts  |
+| `waiting`/`skipped_...` | WAITING, WAITING_FOR_REMOTE_KVS | none          | 0                   |
+|                         | PREEMPTED                       | none          | 0                   |
+| nowhere (finished)      | not in `requests` any more      | none          |                     |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from impl.sched.request import Request, RequestStatus
+from vtwin.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from impl.sched.updates import SchedulerUpdates
+
+_WAITING_STATUSES = frozenset({RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS,
+                               RequestStatus.PREEMPTED})
+
+
+def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
+    """Raise `IntegrityError` naming the first broken invariant (then check the KV cache)."""
+    places: dict[str, str] = {}
+    _place(places, scheduler.running, "running")
+    _place(places, scheduler.waiting, "waiting")
+    _place(places, scheduler.skipped_waiting, "skipped_waiting")
+    known = set(scheduler.requests)
+    if set(places) != known:
+        lost = sorted(known - set(places))
+        stray = sorted(set(places) - known)
+        raise IntegrityError(f"scheduler: requests in no queue {lost}, queued but unknown "
+                             f"{stray}")
+    if len(scheduler.running) > scheduler.max_num_running_reqs:
+        raise IntegrityError(f"scheduler: {len(scheduler.running)} running requests, more "
+                             f"than max_num_seqs={scheduler.max_num_running_reqs}")
+    manager = scheduler.kv_cache_manager
+    for request in scheduler.running:
+        if request.status != RequestStatus.RUNNING:
+            raise IntegrityError(f"scheduler: {request.request_id} is in running with status "
+                                 f"{request.status.name}")
+        limit = request.num_tokens_with_spec + request.num_output_placeholders
+        if not 0 <= request.num_computed_tokens <= limit:
+            raise IntegrityError(f"scheduler: {request.request_id} computed "
+                                 f"{request.num_computed_tokens} of {limit} tokens")
+    for request in _chain(scheduler.waiting, scheduler.skipped_waiting):
+        if request.status not in _WAITING_STATUSES:
+            raise IntegrityError(f"scheduler: {request.request_id} is waiting with status "
+                                 f"{request.status.name}")
+        if request.num_computed_tokens != 0 and request.status != (
+                RequestStatus.WAITING_FOR_REMOTE_KVS):
+            raise IntegrityError(f"scheduler: waiting {request.request_id} has "
+                                 f"{request.num_computed_tokens} computed tokens")
+        if any(manager.get_block_ids(request.request_id)):
+            raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
+    manager.check_integrity()
+
+
+def _place(places: dict[str, str], queue: Iterable[Request], name: str) -> None:
+    for request in queue:
+        other = places.setdefault(request.request_id, name)
+        if other != name or request.is_finished():
+            raise IntegrityError(f"scheduler: {request.request_id} ({request.status.name}) is "
+                                 f"in {name} and {other}")
+        places[request.request_id] = name
+
+
+def _chain(*queues: Iterable[Request]) -> Iterable[Request]:
+    for queue in queues:
+        yield from queue

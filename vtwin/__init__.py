@@ -1,0 +1,1 @@
+"""Shared foundations below `impl`, `workloads` and `conformance` (error types only)."""

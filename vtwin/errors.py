@@ -1,0 +1,25 @@
+"""Error types every layer shares. They live below `impl`, `workloads` and `conformance` so
+that no layer imports upward to raise or catch one."""
+
+
+class UserError(Exception):
+    """Bad input from a user: a malformed file, an unknown name, an invalid option.
+
+    The message must say what was wrong and where (file, line, field, request id).
+    """
+
+
+class IntegrityError(RuntimeError):
+    """A cache or scheduler structure broke one of its invariants (`check_integrity()`).
+
+    Raised instead of `assert` so the checks still run under `python -O`: an integrity check
+    that vanishes with optimisation would let a broken twin pass the gate silently.
+    """
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise `IntegrityError(message)` unless `condition` holds (an `assert` that survives -O).
+
+    Callers build `message` eagerly, so keep it cheap or guard hot paths with their own `if`."""
+    if not condition:
+        raise IntegrityError(message)
