@@ -2,7 +2,10 @@
 
 For each workload: run the two systems in lockstep (`lockstep.run_lockstep`), then judge it at
 the requested level: `passed` (no divergence at that level), `known` (its first divergence is
-waived by a known-divergence entry), `failed`, or `error` (a system raised or stalled). The run
+waived by a known-divergence entry), `failed`, or `error` (a system raised, or one side stalled
+alone or differently). Both sides stalling identically (same step, reason and queues, e.g. a
+request the pool can never hold, on which upstream hangs too) is agreement: the verdict stays
+`passed` at the levels reached so far and the outcome carries a `stalled` note. The run
 is ok when every workload passed or is known and no known-divergence entry went stale.
 Progress goes to stderr, one line per workload and one every `progress_every` steps.
 """
@@ -39,6 +42,12 @@ class WorkloadOutcome:
     def divergence(self) -> Divergence | None:
         """The divergence that decided the verdict (at the requested level), if any."""
         return self.result.divergence_at(self.level)
+
+    @property
+    def stalled(self) -> str | None:
+        """`both stalled at step N: ...` / `left system X stalled at step N: ...`, or None."""
+        stall = self.result.stall
+        return None if stall is None else stall.summary(self.result.left, self.result.right)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,8 @@ def _line(outcome: WorkloadOutcome) -> str:
             f"(reached: {r.level_reached or 'none'}, {r.seconds:.1f}s)")
     if outcome.verdict == "error":
         return f"{head}: {r.error}"
+    if outcome.stalled is not None:
+        head += f"; {outcome.stalled}"
     divergence = outcome.divergence
     if divergence is not None:
         head += f": step {divergence.step}, field {divergence.field}"

@@ -8,7 +8,9 @@ async body mirrors `EngineCore.step_with_batch_queue` with a batch queue of dept
 scheduled at step N+1 is scheduled before step N's output is applied.
 
 `Driver.steps()` yields a `Step` (state before, record after, prefix-cache events) per step, so
-a caller can compare two systems in lockstep and stop at the first divergence.
+a caller can compare two systems in lockstep and stop at the first divergence. Every step also
+goes to a `LivenessMonitor` (`liveness.py`): a run that stops making progress raises `Stalled`
+(step, reason, queues, block counts) after a few idle steps instead of spinning to the cap.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord
 from conformance.sched.runner import FakeRunner
 from conformance.sched.system import (
@@ -34,9 +37,8 @@ from workloads.model import Workload
 BATCH_QUEUE_DEPTH = 2
 _NO_STATE = SystemState((), (), BlockCounts(0, 0, 0))
 
-
-class DriverStalled(RuntimeError):
-    """The workload did not finish within the step limit (a livelock, or a limit too low)."""
+__all__ = ["BATCH_QUEUE_DEPTH", "Driver", "DriverStalled", "Stalled", "Step",
+           "default_max_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +57,12 @@ def default_max_steps(workload: Workload) -> int:
 
 class Driver:
     def __init__(self, system: System, workload: Workload, *, integrity_every: int = 0,
-                 max_steps: int | None = None, snapshot_before: bool = True) -> None:
+                 max_steps: int | None = None, snapshot_before: bool = True,
+                 stall_patience: int | None = None) -> None:
         """`integrity_every`: call `check_integrity` every that many steps (0: never).
         `snapshot_before`: take the before-step snapshot (only traces show it; it costs a
-        pass over the block pool per step)."""
+        pass over the block pool per step). `stall_patience`: idle steps before `Stalled`
+        (default `liveness.STALL_PATIENCE`)."""
         self.system = system
         self.workload = workload
         self.config = workload.config
@@ -69,6 +73,13 @@ class Driver:
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self._tables: dict[str, BlockIds] = {}
         self._last_tables: dict[str, BlockIds] = {}
+        self._hash_lengths: dict[str, int] = {}  # block hashes already recorded, per request
+        self.liveness = LivenessMonitor(workload) if stall_patience is None else \
+            LivenessMonitor(workload, stall_patience)
+
+    def _stalled(self, step: int, reason: str, detail: str) -> Stalled:
+        return Stalled(self.system.name, self.workload.name, step, reason, detail,
+                       self.system.state())
 
     def steps(self) -> Iterator[Step]:
         arrivals = deque(self.workload.requests)
@@ -76,9 +87,10 @@ class Driver:
         step = 0
         while arrivals or self.system.has_requests() or self._queue:
             if step >= self.max_steps:
-                raise DriverStalled(
-                    f"{self.system.name}: workload {self.workload.name!r} still running after "
-                    f"{self.max_steps} steps")
+                raise self._stalled(step - 1, "step-cap", f"workload {self.workload.name!r} "
+                                    f"still running after {self.max_steps} steps")
+            events = bool(arrivals and arrivals[0].arrival_step <= step) or bool(
+                aborts and aborts[0].step <= step)
             while arrivals and arrivals[0].arrival_step <= step:
                 self.system.add_request(arrivals.popleft(), float(step))
             aborted: list[str] = []
@@ -95,7 +107,17 @@ class Driver:
                 scheduled, applied = self._sync_body(step)
             if self.integrity_every and step % self.integrity_every == 0:
                 self.system.check_integrity()
-            yield self._finish_step(step, before, scheduled, applied, tuple(aborted))
+            done = self._finish_step(step, before, scheduled, applied, tuple(aborted))
+            yield done
+            stall = self.liveness.observe(
+                scheduled_tokens=done.record.total_num_scheduled_tokens,
+                outputs=sum(1 for o in done.record.outputs
+                            if o.new_token_ids or o.finish_reason is not None),
+                events=events, future_events=bool(arrivals or aborts),
+                unfinished=self.system.has_requests() or bool(self._queue),
+                state=self.system.state)
+            if stall is not None:
+                raise self._stalled(step, *stall)
             step += 1
 
     def _sync_body(self, step: int) -> tuple[Scheduled | None, tuple[int, Update] | None]:
@@ -149,6 +171,7 @@ class Driver:
         s = scheduled
         tables = self._tables if s is not None else {}
         self._tables = {}
+        hashes = self._capture_hashes(s, update)
         record = StepRecord(
             step=step,
             scheduled=s is not None,
@@ -168,6 +191,7 @@ class Driver:
                 [(r.req_id, r.block_ids) for r in s.new_reqs]
                 + [(r.req_id, r.new_block_ids) for r in s.cached_reqs]),
             block_tables=tuple(tables.items()),
+            new_block_hashes=tuple(hashes.items()),
             preempted=() if s is None else s.preempted_req_ids,
             finished=() if s is None else s.finished_req_ids,
             aborted=aborted,
@@ -178,5 +202,21 @@ class Driver:
             num_running=len(after.running),
             num_waiting=len(after.waiting),
             prefix_cache=None if update is None else update.prefix_cache,
+            events=events,
         )
         return Step(before, record, events)
+
+    def _capture_hashes(self, scheduled: Scheduled | None,
+                        update: Update | None) -> dict[str, tuple[str, ...]]:
+        """Block hashes added since the last record, for every request scheduled or updated
+        in this step (hashes grow only when a request is added or gets tokens)."""
+        ids = [] if scheduled is None else [rid for rid, _ in scheduled.num_scheduled_tokens]
+        if update is not None:
+            ids += [o.req_id for o in update.outputs]
+        if not ids:
+            return {}
+        lengths = self._hash_lengths
+        hashes = self.system.block_hashes({rid: lengths.get(rid, 0) for rid in ids})
+        for rid, new in hashes.items():
+            lengths[rid] = lengths.get(rid, 0) + len(new)
+        return hashes

@@ -3,7 +3,8 @@
 Per workload: the verdict at the requested level, the level reached, the steps compared, the
 first divergence as a side-by-side diff of the two step records (with the records before it
 folded away), and plots over steps of active / cached / empty blocks and of queue depths, the
-left system drawn solid and the right one dashed (identical runs draw one line).
+left system drawn solid and the right one dashed (identical runs draw one line). A stalled run
+shows "stalled at step N" beside its verdict and a table of both systems' queues and blocks.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def render(report: dict[str, Any]) -> str:
         color = _COLORS.get(w["verdict"], "#57606a")
         rows.append(
             f"<tr><td><a href='#{_anchor(w['workload'])}'>{_e(w['workload'])}</a></td>"
-            f"<td class='badge' style='color:{color}'>{w['verdict']}</td>"
+            f"<td class='badge' style='color:{color}'>{w['verdict']}{_stall_badge(w)}</td>"
             f"<td>{_e(w['level_reached'] or 'none')}</td><td>{w['steps']}</td>"
             f"<td>{w['seconds']:.1f}s</td></tr>")
     stale = "".join(f"<li><code>{_e(k['id'])}</code> ({k['level']}): {_e(k['reason'])}</li>"
@@ -67,7 +68,8 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
     color = _COLORS.get(w["verdict"], "#57606a")
     parts = [
         f"<section id='{_anchor(w['workload'])}'><h2>{_e(w['workload'])} "
-        f"<span class='badge' style='color:{color}'>{w['verdict']}</span></h2>",
+        f"<span class='badge' style='color:{color}'>{w['verdict']}{_stall_badge(w)}</span>"
+        "</h2>",
         f"<p>{_e(w['description'])}</p>",
         "<table>"
         f"<tr><th>requests</th><td>{w['requests']}</td></tr>"
@@ -78,10 +80,12 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
     if w["known"] is not None:
         parts.append(f"<p>Known divergence <code>{_e(w['known']['id'])}</code>: "
                      f"{_e(w['known']['reason'])}</p>")
-    if w["error"]:
+    if w["error"] and not w.get("stall"):  # a stall's error is its stall line, below
         parts.append(f"<p style='color:#cf222e'>{_e(w['error'])}</p>"
                      f"<details><summary>traceback</summary><pre>{_e(w['error_detail'] or '')}"
                      "</pre></details>")
+    if w.get("stall"):
+        parts.append(_stall(w))
     for d in w["divergences"]:
         parts.append(_divergence(d, report["left"], report["right"]))
     left, right = w["series"]["left"], w["series"]["right"]
@@ -96,6 +100,32 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
     ], report["left"], report["right"]))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _stall_badge(w: dict[str, Any]) -> str:
+    stall = w.get("stall")
+    if not stall:
+        return ""
+    who = "both" if stall["side"] == "both" else stall[stall["side"]]["system"]
+    return f" ({_e(who)} stalled at step {stall['step']})"
+
+
+def _stall(w: dict[str, Any]) -> str:
+    """The stall line, then per side: reason, queues and block counts at that step."""
+    stall = w["stall"]
+    color = "#57606a" if stall["agreed"] else "#cf222e"
+    rows = []
+    for side in ("left", "right"):
+        x = stall[side]
+        b = x["blocks"]
+        rows.append(
+            f"<tr><th>{_e(x['system'])}</th><td>{_e(x['reason'] or 'did not stall')}</td>"
+            f"<td>{_e(', '.join(x['running']) or '-')}</td>"
+            f"<td>{_e(', '.join(x['waiting']) or '-')}</td>"
+            f"<td>{b['active']} / {b['cached']} / {b['empty']}</td></tr>")
+    return (f"<p style='color:{color}'>{_e(w.get('stalled') or '')}</p><table><tr><th></th>"
+            "<th>stall</th><th>running</th><th>waiting</th><th>active / cached / empty</th></tr>"
+            f"{''.join(rows)}</table>")
 
 
 def _divergence(d: dict[str, Any], left: str, right: str) -> str:

@@ -6,8 +6,13 @@ workload reaches (and where each stricter level first broke) without running it 
 The run stops early once even the `schedule` level has diverged: past that point the two
 systems are running different schedules and nothing more can be learned.
 
-A system that raises (an impl assertion, an integrity check, a stall) ends the run with an
-error; an errored workload reaches no level.
+A system that raises (an impl assertion, an integrity check) ends the run with an error; an
+errored workload reaches no level. A stall (`liveness.Stalled`) is caught per side, because
+upstream stalls too (a request larger than the KV pool but within max_model_len is never
+admitted): both sides stalling at the same step, for the same reason, with the same queues is
+agreement (the result keeps a `StallReport` and no error); one side stalling alone, or the two
+stalling differently, is an error that names the side and shows both systems' queues and
+block counts.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from pathlib import Path
 
 from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
+from conformance.sched.liveness import Stalled, describe_state
 from conformance.sched.record import StepRecord
-from conformance.sched.system import SystemFactory
+from conformance.sched.system import System, SystemFactory, SystemState
 from conformance.sched.trace import TraceWriter
 from workloads.model import Workload
 
@@ -50,6 +56,50 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class StallReport:
+    """How a run stalled: each side's `Stalled` (None: that side did not stall) and each
+    side's state at that point (for a side that did not stall, read when the other did)."""
+
+    left: Stalled | None
+    right: Stalled | None
+    left_state: SystemState
+    right_state: SystemState
+
+    @property
+    def agreed(self) -> bool:
+        return self.left is not None and self.right is not None and self.left.same_as(self.right)
+
+    @property
+    def step(self) -> int:
+        return next(s.step for s in (self.left, self.right) if s is not None)
+
+    @property
+    def side(self) -> str:
+        """`both`, `left` or `right`: who stalled."""
+        if self.left is not None and self.right is not None:
+            return "both"
+        return "left" if self.left is not None else "right"
+
+    def summary(self, left: str, right: str) -> str:
+        """`both stalled at step N: ...` or `left system X stalled at step N: ...`, with
+        both systems' queues and block counts."""
+        first = self.left if self.left is not None else self.right
+        assert first is not None
+        states = (f"{left}: {describe_state(self.left_state)}; "
+                  f"{right}: {describe_state(self.right_state)}")
+        if self.agreed:
+            return f"both stalled at step {first.step} ({first.reason}): {first.detail}; {states}"
+        if self.side == "both":
+            assert self.left is not None and self.right is not None
+            return (f"both stalled, differently: {left} at step {self.left.step} "
+                    f"({self.left.reason}), {right} at step {self.right.step} "
+                    f"({self.right.reason}); {states}")
+        name = left if self.side == "left" else right
+        return (f"{self.side} system {name} stalled at step {first.step} ({first.reason}): "
+                f"{first.detail}; {states}")
+
+
+@dataclass(frozen=True, slots=True)
 class LockstepResult:
     workload: str
     left: str
@@ -61,6 +111,7 @@ class LockstepResult:
     seconds: float
     left_series: Series
     right_series: Series
+    stall: StallReport | None = None
 
     @property
     def level_reached(self) -> str | None:
@@ -90,6 +141,7 @@ def run_lockstep(
     integrity_every: int = 1,
     max_steps: int | None = None,
     context: int = 3,
+    stall_patience: int | None = None,
 ) -> LockstepResult:
     started = time.monotonic()
     comparers = [Comparer(workload.name, level, context) for level in LEVELS]
@@ -100,25 +152,47 @@ def run_lockstep(
     detail: str | None = None
     step = 0
     side = 0
+    stall: StallReport | None = None
+    systems: list[System] = []
     try:
-        systems = []
         for side, factory in enumerate((left, right)):
             systems.append(factory(workload.config))
             names[side] = systems[side].name
         drivers = [Driver(s, workload, integrity_every=integrity_every, max_steps=max_steps,
-                          snapshot_before=trace_dir is not None) for s in systems]
+                          snapshot_before=trace_dir is not None, stall_patience=stall_patience)
+                   for s in systems]
         if trace_dir is not None:
             writers = [TraceWriter(trace_dir / trace_name(workload.name, label, s.name),
                                    s.name, workload.name)
                        for label, s in zip(("left", "right"), systems, strict=True)]
         streams: list[Iterator[Step]] = [d.steps() for d in drivers]
-        while True:
+        grace = -1  # steps still to run after `schedule` diverged (-1: it has not)
+        while grace != 0:
             pair: list[Step | None] = []
+            stalls: list[Stalled | None] = []
             for index, stream in enumerate(streams):
                 side = index  # named in the error message if this side raises
-                pair.append(next(stream, None))
+                try:
+                    pair.append(next(stream, None))
+                    stalls.append(None)
+                except Stalled as stalled:
+                    pair.append(None)
+                    stalls.append(stalled)
+                except Exception:
+                    if grace < 0:
+                        raise
+                    pair.append(None)  # past the divergence only a stall is news
+                    stalls.append(None)
+            if stalls[0] is not None or stalls[1] is not None:
+                stall = _stall_report(stalls, systems)
+                if not stall.agreed:
+                    error = stall.summary(names[0], names[1])
+                break
             if pair[0] is None and pair[1] is None:
                 break
+            if grace > 0:
+                grace -= 1
+                continue
             for index, got in enumerate(pair):
                 if got is not None:
                     records[index].append(got.record)
@@ -132,7 +206,9 @@ def run_lockstep(
                 comparer.feed(left_record, right_record, left_json, right_json)
             step += 1
             if comparers[-1].divergence is not None:
-                break
+                # The schedules parted. One side going idle right there is the usual shape
+                # of a stall: run a little longer, so the report can say "stalled".
+                grace = drivers[0].liveness.patience + 1
             if progress is not None and step % progress_every == 0:
                 progress(workload.name, step)
     except Exception as err:  # a system failed: report it, do not crash the whole suite
@@ -147,5 +223,12 @@ def run_lockstep(
         workload=workload.name, left=names[0], right=names[1], steps=step,
         divergences=divergences, error=error, error_detail=detail,
         seconds=time.monotonic() - started,
-        left_series=Series.of(records[0]), right_series=Series.of(records[1]),
+        left_series=Series.of(records[0]), right_series=Series.of(records[1]), stall=stall,
     )
+
+
+def _stall_report(stalls: list[Stalled | None], systems: list[System]) -> StallReport:
+    """The side that did not stall is still alive: its state is read now, at the same step."""
+    states = [s.state if s is not None else system.state()
+              for s, system in zip(stalls, systems, strict=True)]
+    return StallReport(stalls[0], stalls[1], states[0], states[1])

@@ -6,6 +6,9 @@ that `nox -s conformance` writes there.
 The JSON is the source of truth (the HTML page is rendered from it): per workload the verdict
 at the requested level, the level reached, the steps compared, every level's first divergence
 with both records and the ones before it, and the per-step series the plots are drawn from.
+A stalled run adds `stalled` (one line: "both stalled at step N: ..." or "left system X
+stalled at step N: ...") and `stall` (side, step, and per side the reason, queues and block
+counts); both are null for a run that ended normally.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 from conformance.errors import UserError
 from conformance.sched.conform import ConformRun, WorkloadOutcome
 from conformance.sched.html import render
-from conformance.sched.lockstep import Series
+from conformance.sched.liveness import state_json
+from conformance.sched.lockstep import LockstepResult, Series
 
 REPORT_FORMAT = "vtwin-conform-report/1"
 DEFAULT_REPORT_DIR = Path("reports") / "conformance"
@@ -28,6 +32,18 @@ def series_json(series: Series) -> dict[str, list[int]]:
     return {"active": list(series.active), "cached": list(series.cached),
             "empty": list(series.empty), "running": list(series.running),
             "waiting": list(series.waiting)}
+
+
+def stall_json(result: LockstepResult) -> dict[str, Any] | None:
+    stall = result.stall
+    if stall is None:
+        return None
+    sides = {}
+    for side, name, stalled, state in (("left", result.left, stall.left, stall.left_state),
+                                       ("right", result.right, stall.right, stall.right_state)):
+        sides[side] = stalled.to_json() if stalled is not None else {
+            "system": name, "step": None, "reason": None, "detail": None, **state_json(state)}
+    return {"side": stall.side, "agreed": stall.agreed, "step": stall.step, **sides}
 
 
 def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
@@ -44,6 +60,8 @@ def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
         "seconds": round(r.seconds, 3),
         "error": r.error,
         "error_detail": r.error_detail,
+        "stalled": outcome.stalled,
+        "stall": stall_json(r),
         "known": None if waiver is None else {"id": waiver.id, "level": waiver.level,
                                               "reason": waiver.reason},
         "divergences": [d.to_json() for d in r.divergences],
