@@ -4,8 +4,11 @@
 [--report DIR]`` runs the twin (or ``--system``) and another system side by side on each
 workload and exits 0 only when every workload reaches the level (or its first divergence is a
 known one). ``vtwin gate`` runs the default suite the same way; CI runs it on pull requests.
-Both write ``conform.json`` and ``conform.html`` under the report directory. Also runnable as
-``python -m conformance.sched_cli`` before the subcommands are registered in `conformance.cli`.
+Both write ``conform.json`` and ``conform.html`` under the report directory. ``vtwin gate`` also
+runs every ``*.jsonl`` in ``conformance/regressions/``; ``--emit-regression DIR`` writes each
+failed or errored workload there as a standalone regression file (`suite.write_regression`).
+Also runnable as ``python -m conformance.sched_cli`` before the subcommands are registered in
+`conformance.cli`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,15 @@ from pathlib import Path
 
 from conformance.errors import UserError
 from conformance.sched.compare import LEVELS, check_level
-from conformance.sched.conform import ConformRun, run_conform
+from conformance.sched.conform import ConformRun, WorkloadOutcome, run_conform
 from conformance.sched.divergences import DEFAULT_PATH, load_known
 from conformance.sched.report import DEFAULT_REPORT_DIR, write_report
-from conformance.sched.suite import suite_names
+from conformance.sched.suite import (
+    REGRESSIONS_DIR,
+    gate_workloads,
+    suite_names,
+    write_regression,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,8 +49,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     gate = subparsers.add_parser(
         "gate", help="the default conformance suite, impl against upstream (the PR gate)",
-        description="Run the default suite (impl against upstream vLLM 0.32.0) at --level; "
-                    "exit 0 only if every workload reaches it.")
+        description="Run the default suite and every regression file (impl against upstream "
+                    "vLLM 0.32.0) at --level; exit 0 only if every workload reaches it.")
+    gate.add_argument("--regressions", type=Path, default=REGRESSIONS_DIR, metavar="DIR",
+                      help="also run every *.jsonl here (default conformance/regressions)")
     _common(gate)
     gate.set_defaults(handler=_gate)
 
@@ -63,6 +73,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="give up on a workload after N steps (default: generous)")
     parser.add_argument("--progress-every", type=int, default=500, metavar="N",
                         help="print a progress line every N steps (default 500)")
+    parser.add_argument("--emit-regression", type=Path, default=None, metavar="DIR",
+                        help="write every failed or errored workload to DIR as a regression "
+                             "file (move it to conformance/regressions/ to gate it forever)")
 
 
 def _conform(args: argparse.Namespace) -> int:
@@ -70,7 +83,7 @@ def _conform(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    return _run(args, list(suite_names()), "impl", "upstream")
+    return _run(args, list(gate_workloads(args.regressions)), "impl", "upstream")
 
 
 def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, against: str) -> int:
@@ -88,8 +101,25 @@ def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, agains
         progress_every=args.progress_every,
     )
     page = write_report(run, args.report, args.json)
+    if args.emit_regression is not None:
+        for outcome in run.outcomes:
+            path = emit_regression(outcome, args.emit_regression)
+            if path is not None:
+                print(f"vtwin conform: wrote regression {path}", file=sys.stderr)
     print(_summary(run, page), file=sys.stderr)
     return 0 if run.ok else 1
+
+
+def emit_regression(outcome: WorkloadOutcome, directory: Path) -> Path | None:
+    """A failed or errored workload as a regression file in `directory` (None otherwise)."""
+    if outcome.verdict not in ("failed", "error") or outcome.source is None:
+        return None
+    divergence = outcome.divergence
+    if divergence is not None and outcome.verdict == "failed":
+        return write_regression(outcome.source, divergence, directory)
+    reason = outcome.result.error or "error"
+    kind = "stalled" if outcome.result.stall is not None else "error"
+    return write_regression(outcome.source, f"{kind}: {reason}", directory)
 
 
 def _summary(run: ConformRun, page: Path) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -37,6 +37,8 @@ class WorkloadOutcome:
     verdict: str
     result: LockstepResult
     waiver: KnownDivergence | None
+    source: Workload | None = field(default=None, compare=False, repr=False)
+    """The workload itself, for `--emit-regression` (None when built by hand)."""
 
     @property
     def divergence(self) -> Divergence | None:
@@ -108,7 +110,8 @@ def run_conform(
         left_name, right_name = result.left, result.right
         verdict, waiver = judge(result, level, known)
         outcomes.append(WorkloadOutcome(workload.name, workload.description,
-                                        len(workload.requests), level, verdict, result, waiver))
+                                        len(workload.requests), level, verdict, result, waiver,
+                                        workload))
         print(f"vtwin conform: [{index}/{total}] {_line(outcomes[-1])}", file=out, flush=True)
     used = [o.waiver for o in outcomes if o.waiver is not None]
     stale = stale_entries(known, level, [o.workload for o in outcomes], used)

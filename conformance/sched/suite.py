@@ -8,16 +8,25 @@ Mooncake and Azure replays. Variants are a bundled workload with `dataclasses.re
 config (or, for aborts, on its abort list), so they stay as small as the workloads they come
 from. `integrity_every` spaces out the twin's integrity checks on the big replays, where a
 full-pool check every step would dominate the run.
+
+The gate also runs every `*.jsonl` file in `conformance/regressions/` (`gate_workloads`):
+shrunk divergent workloads written by `write_regression` (`vtwin conform --emit-regression`,
+or a test on failure) stay in the gate forever after, so a fixed divergence cannot come back.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
 
 from conformance.errors import UserError
-from workloads import AbortSpec, KVCacheGroup, Workload, list_workloads, load
+from conformance.sched.compare import Divergence
+from workloads import AbortSpec, KVCacheGroup, Workload, dump, dumps, list_workloads, load, loads
+
+REGRESSIONS_DIR = Path(__file__).resolve().parents[1] / "regressions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +131,54 @@ def resolve_workload(name_or_path: str) -> tuple[Workload, int]:
         if name_or_path in list_workloads():
             raise
         raise UserError(f"{err}; suite entries: {', '.join(SUITE)}") from None
+
+
+def regression_files(directory: Path = REGRESSIONS_DIR) -> tuple[str, ...]:
+    """Every regression workload file in `directory`, sorted (none if it does not exist)."""
+    return tuple(str(f) for f in sorted(directory.glob("*.jsonl"))) if directory.is_dir() else ()
+
+
+def gate_workloads(directory: Path = REGRESSIONS_DIR) -> tuple[str, ...]:
+    """What `vtwin gate` runs: the default suite, then every regression file."""
+    return suite_names() + regression_files(directory)
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-.")[:limit].rstrip("-.") or "x"
+
+
+def write_regression(workload: Workload, divergence_or_reason: Divergence | str,
+                     directory: Path) -> Path:
+    """Write `workload` as a standalone regression file in `directory` and return its path.
+
+    The file is named after the workload and what went wrong (``WORKLOAD.FIELD.jsonl`` for a
+    divergence, ``WORKLOAD.REASON.jsonl`` otherwise); the workload inside is renamed
+    ``regression-WORKLOAD`` so it never collides with the suite entry it came from, and its
+    description starts with what diverged (level, step, field) or the reason. The file is read
+    back before it is kept: a regression that would not load, or would load as another
+    workload, is refused rather than written.
+    """
+    if isinstance(divergence_or_reason, Divergence):
+        d = divergence_or_reason
+        what = f"{d.level} divergence at step {d.step}, field {d.field}"
+        tag = d.top_field
+    else:
+        what = " ".join(divergence_or_reason.split())[:200]
+        tag = what
+    name = workload.name if workload.name.startswith("regression-") \
+        else f"regression-{workload.name}"
+    out = replace(workload, name=name,
+                  description=f"regression ({what}); was: {workload.description}")
+    try:
+        again = loads(dumps(out), source=f"<regression {name}>")
+    except UserError as err:
+        raise UserError(f"regression {name}: cannot be written as a workload file: {err}") \
+            from None
+    if (again.config, again.requests, again.aborts, again.plans) != (
+            out.config, out.requests, out.aborts, out.plans):
+        raise UserError(f"regression {name}: the workload file would not reproduce it "
+                        "(prompts expand differently when read back)")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{_slug(workload.name, 60)}.{_slug(tag)}.jsonl"
+    dump(out, path)
+    return path
