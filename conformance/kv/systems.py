@@ -31,6 +31,9 @@ class Snapshot:
 
 
 class KVSystem(Protocol):
+    #: How failure messages label this side ("impl", "upstream", a fork's name).
+    name: str
+
     def add_request(self, request_id: str, tokens: list[int], cache_salt: str | None,
                     lora_name: str | None) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...
@@ -52,7 +55,8 @@ def _ids(per_group: Any) -> BlockIds:
 
 
 class ImplKV:
-    def __init__(self, family: KVFamily, none_hash: bytes) -> None:
+    def __init__(self, family: KVFamily, none_hash: bytes, name: str = "impl") -> None:
+        self.name = name
         from impl.core.kv_cache_manager import KVCacheManager
         from impl.core.request_hasher import RequestBlockHasher
         from impl.core.specs import KVCacheConfig, KVCacheGroupSpec

@@ -9,7 +9,8 @@ from conformance.kv.systems import BlockIds, Hit, Snapshot, _ids
 
 
 class UpstreamKV:
-    def __init__(self, family: KVFamily, none_hash: bytes) -> None:
+    def __init__(self, family: KVFamily, none_hash: bytes, name: str = "upstream") -> None:
+        self.name = name
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core import kv_cache_utils
         from vllm.v1.core.kv_cache_manager import KVCacheManager

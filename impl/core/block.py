@@ -14,6 +14,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from vtwin.errors import IntegrityError
+
 BlockHash = bytes
 
 
@@ -114,8 +116,14 @@ class FreeKVCacheBlockQueue:
         return iter(self._queue.values())
 
     def check_integrity(self) -> None:
-        """Every entry is keyed by its own id, is free (ref 0) and is not the null block."""
+        """Every entry is keyed by its own id, is free (ref 0) and is not the null block.
+
+        Raises `IntegrityError` (not `assert`): the check must survive `python -O`.
+        """
         for block_id, block in self._queue.items():
-            assert block.block_id == block_id, f"queue key {block_id} holds {block}"
-            assert block.ref_cnt == 0, f"{block} is in the free queue with ref_cnt > 0"
-            assert not block.is_null, "the null block is in the free queue"
+            if block.block_id != block_id:
+                raise IntegrityError(f"free queue: key {block_id} holds {block}")
+            if block.ref_cnt != 0:
+                raise IntegrityError(f"free queue: {block} is queued with ref_cnt > 0")
+            if block.is_null:
+                raise IntegrityError("free queue: the null block is queued")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from impl.core.block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from impl.core.hash_map import BlockHashToBlockMap
+from vtwin.errors import IntegrityError, require
 
 NULL_BLOCK_REF_CNT = 1 << 62
 
@@ -236,34 +237,55 @@ class BlockPool:
     def cached_hashes(self) -> set[tuple[int, BlockHash]]:
         return {(g, h) for g, m in self._hash_maps.items() for h in m.hashes()}
 
+    def count_states(self) -> tuple[int, int, int]:
+        """(active, cached, empty) over the usable blocks (the null block excluded).
+
+        active: ref_cnt > 0; cached: free with a hash (evictable content); empty: free without.
+        """
+        active = sum(1 for block in self.blocks[1:] if block.ref_cnt > 0)
+        cached = sum(1 for block in self.free_block_queue if block.block_hash is not None)
+        return active, cached, self.free_block_queue.num_free_blocks - cached
+
     def check_integrity(self, holders: dict[int, int] | None = None) -> None:
-        """Assert the four-state invariant; `holders` (block id -> holder count) checks refs."""
+        """Raise `IntegrityError` unless the four-state invariant holds.
+
+        Opens with the conservation law: every usable block is active, cached or empty, exactly
+        once. A block lost from both the queue and every table, or queued twice, breaks the sum
+        before any per-block rule is looked at. `holders` (block id -> number of block tables
+        holding it) also checks reference counts.
+        """
+        active, cached, empty = self.count_states()
+        usable = self.num_gpu_blocks - 1
+        if active + cached + empty != usable:
+            raise IntegrityError(
+                f"block pool: active {active} + cached {cached} + empty {empty} "
+                f"!= {usable} usable blocks"
+            )
         self.free_block_queue.check_integrity()
+        null = self.null_block
+        require(null.block_id == 0 and null.is_null, f"block pool: null block is {null}")
         free_ids = set(self.free_block_queue.block_ids())
-        assert len(free_ids) == self.free_block_queue.num_free_blocks
-        assert self.null_block.block_id == 0 and self.null_block.is_null
-        assert 0 not in free_ids, "the null block is free"
+        require(0 not in free_ids, "block pool: the null block is free")
         indexed: dict[int, int] = {}
         for group_id, hash_map in self._hash_maps.items():
             for block_hash, block in hash_map.items():
                 keys = [block.block_hash, *(block.extra_hashes or ())]
-                assert block_hash in keys and block.hash_group_id == group_id, (
-                    f"index entry {block_hash.hex()[:8]}/g{group_id} points at {block}"
-                )
+                if block_hash not in keys or block.hash_group_id != group_id:
+                    raise IntegrityError(f"block pool: index entry {block_hash.hex()[:8]}"
+                                         f"/g{group_id} points at {block}")
                 indexed[block.block_id] = indexed.get(block.block_id, 0) + 1
         for block_id, count in indexed.items():
             block = self.blocks[block_id]
-            assert count == 1 + len(block.extra_hashes or ()), f"{block} indexed {count} times"
+            if count != 1 + len(block.extra_hashes or ()):
+                raise IntegrityError(f"block pool: {block} indexed {count} times")
         for block in self.blocks[1:]:
-            assert not block.is_null
-            if block.block_id in free_ids:
-                assert block.ref_cnt == 0, f"free {block} has references"
-            else:
-                assert block.ref_cnt > 0, f"{block} is neither free nor in use"
-            if block.block_hash is not None:
-                assert block.block_id in indexed, f"{block} has a hash but is not indexed"
-            if holders is not None:
-                expected = holders.get(block.block_id, 0)
-                assert block.ref_cnt == expected, (
-                    f"{block}: ref_cnt {block.ref_cnt} != {expected} holders"
-                )
+            if block.is_null:
+                raise IntegrityError(f"block pool: {block} is a second null block")
+            if (block.block_id in free_ids) != (block.ref_cnt == 0):
+                raise IntegrityError(f"block pool: {block} free={block.block_id in free_ids} "
+                                     f"disagrees with its ref_cnt")
+            if block.block_hash is not None and block.block_id not in indexed:
+                raise IntegrityError(f"block pool: {block} has a hash but is not indexed")
+            if holders is not None and block.ref_cnt != holders.get(block.block_id, 0):
+                raise IntegrityError(f"block pool: {block} ref_cnt {block.ref_cnt} != "
+                                     f"{holders.get(block.block_id, 0)} holders")

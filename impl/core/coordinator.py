@@ -130,6 +130,11 @@ class KVCacheCoordinator:
             manager.new_step_starts()
 
     def check_integrity(self) -> None:
+        """Raise `IntegrityError` on a broken invariant of any group or of the pool.
+
+        Each block's ref_cnt must equal the number of block tables (over every group) holding
+        it: the pool checks that against the `holders` counted here.
+        """
         holders: dict[int, int] = {}
         for manager in self.managers:
             manager.check_integrity()

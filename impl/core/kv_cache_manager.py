@@ -263,6 +263,7 @@ class KVCacheManager:
         return cdiv(num_tokens, self.coordinator.managers[group_id].block_size)
 
     def check_integrity(self) -> None:
+        """Raise `IntegrityError` (survives `python -O`) if any cache structure is broken."""
         self.coordinator.check_integrity()
 
 

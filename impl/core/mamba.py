@@ -6,9 +6,12 @@ as soon as the next one is computed. With prefix caching, the state at each bloc
 indexed; a hit needs just one block, the state at the hit point, so the search runs right to
 left for the longest aligned boundary whose state is cached.
 
-A state is written by the model only when the step that computes it has run, so a block cached
+A state is written by the model only when the step that computes it has run, so a state cached
 during the current step cannot serve a hit yet: such a hit is refused (reported as needing
-more blocks than the pool has) until the next step starts.
+more blocks than the pool has) until the next step starts. The rule is keyed by the *hash* of
+the hit, not by the block: when two requests computed the same prefix, the index holds two
+blocks under one hash, and a lookup may return the older, already-written one; upstream still
+refuses it if any block got that hash during this step, and so must we.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.cached_this_step: set[int] = set()
+        # Hashes (not block ids, see the module docstring) cached during the current step.
+        self.cached_this_step: set[BlockHash] = set()
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              num_prompt_tokens: int) -> list[bool] | None:
@@ -45,9 +49,8 @@ class MambaManager(SingleTypeKVCacheManager):
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
     ) -> int:
-        for block in new_computed_blocks:
-            if block.block_id in self.cached_this_step:
-                return self.block_pool.num_gpu_blocks + 1
+        if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
+            return self.block_pool.num_gpu_blocks + 1  # more than the pool: refused this step
         return super().get_num_blocks_to_allocate(
             request_id, num_tokens, new_computed_blocks, total_computed_tokens
         )
@@ -60,7 +63,8 @@ class MambaManager(SingleTypeKVCacheManager):
         after = self.num_cached_block.get(request.request_id, 0)  # type: ignore[attr-defined]
         if blocks is not None:
             self.cached_this_step.update(
-                block.block_id for block in blocks[before:after] if not block.is_null
+                block.block_hash for block in blocks[before:after]
+                if not block.is_null and block.block_hash is not None
             )
 
     def new_step_starts(self) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.specs import KVCacheSpec
+from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
@@ -210,10 +211,17 @@ class SingleTypeKVCacheManager:
         raise NotImplementedError
 
     def check_integrity(self) -> None:
+        """Raise `IntegrityError` if a table holds a free block or over-counts cached blocks.
+
+        Conservation per group: a request's cached prefix is part of its table, so it cannot be
+        longer than the table (prefix caching off never caches, so there it is not checked).
+        """
         for request_id, blocks in self.req_to_blocks.items():
             num_cached = self.num_cached_block.get(request_id, 0)
-            assert num_cached <= len(blocks) or not self.enable_caching, (
-                f"{request_id}: {num_cached} cached of {len(blocks)} blocks"
-            )
+            if self.enable_caching and num_cached > len(blocks):
+                raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} has "
+                                     f"{num_cached} cached of {len(blocks)} blocks")
             for block in blocks:
-                assert block.is_null or block.ref_cnt > 0, f"{request_id} holds free {block}"
+                if not block.is_null and block.ref_cnt <= 0:
+                    raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} "
+                                         f"holds free {block}")

@@ -1,6 +1,7 @@
 import pytest
 
 from impl.core.block import FreeKVCacheBlockQueue, KVCacheBlock
+from vtwin.errors import IntegrityError
 
 
 def queue_of(n: int) -> tuple[FreeKVCacheBlockQueue, list[KVCacheBlock]]:
@@ -48,5 +49,5 @@ def test_popping_more_than_free_is_an_error_and_changes_nothing() -> None:
 def test_integrity_catches_a_referenced_block_in_the_queue() -> None:
     queue, blocks = queue_of(3)
     blocks[1].ref_cnt = 1
-    with pytest.raises(AssertionError, match="ref_cnt"):
+    with pytest.raises(IntegrityError, match="ref_cnt"):
         queue.check_integrity()

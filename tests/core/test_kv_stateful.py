@@ -1,32 +1,25 @@
 """Random scheduler-like operations on the twin alone (no vllm needed).
 
 Two independent twins driven in lockstep must agree on every observable (so there is no hidden
-shared or nondeterministic state) and pass `check_integrity()` after every operation.
+shared or nondeterministic state) and pass `check_integrity()` after every operation. The sides
+are named "impl-a" and "impl-b" so a failure message never blames upstream.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from hypothesis import settings
 
 from conformance.kv.family import FAMILIES, KVFamily
-from conformance.kv.machine import KVLockstepMachine
-from conformance.kv.systems import ImplKV, KVSystem
-
-
-def make_machine(family: KVFamily) -> type[KVLockstepMachine]:
-    class Machine(KVLockstepMachine):
-        def make_left(self, none_hash: bytes) -> KVSystem:
-            return ImplKV(family, none_hash)
-
-        def make_right(self, none_hash: bytes) -> KVSystem:
-            return ImplKV(family, none_hash)
-
-    Machine.family = family
-    return Machine
+from conformance.kv.machine import lockstep_machine
+from conformance.kv.systems import ImplKV
 
 
 def _test_case(family: KVFamily) -> type:
-    case = make_machine(family).TestCase
+    machine = lockstep_machine(family, partial(ImplKV, name="impl-a"),
+                               partial(ImplKV, name="impl-b"))
+    case = machine.TestCase
     case.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
     return case
 
