@@ -110,3 +110,18 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[test,lint,runner]")
     session.run("ruff", "check", ".")
     session.run("mypy", "impl", "conformance")
+
+
+@nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of impl/core and impl/sched (mutmut 3), the differential suite as the
+    killer; reports/mutation/ (index.html, mutation.json). Bounded and incremental:
+    `nox -s mutation -- --max-minutes 60` stops launching mutants after 60 minutes (the rest are
+    reported as not run), and verdicts are cached in mutants/ so the next run tests only the
+    mutants not judged yet or of changed functions. Fails below `--target` (95%) or on a stale
+    entry in conformance/equivalent_mutants.toml."""
+    install_oracle(session)
+    session.install("-e", ".[test,runner,mutation]")
+    session.run("python", "-m", "conformance.mutation", "run", *session.posargs,
+                env=ORACLE_ENV)
+

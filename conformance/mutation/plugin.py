@@ -1,0 +1,63 @@
+"""pytest plugin for mutation runs (`-p conformance.mutation.plugin`, set in `[tool.mutmut]`).
+
+Three jobs, all inert outside a mutation run except the profile registration:
+
+- registers the Hypothesis profile `mutation` (HYPOTHESIS_PROFILE=mutation): few, derandomized
+  examples (the stats run and every mutant run see the same operation sequences), no example
+  database (a kill must not leak into the next mutant's run) and no shrinking (a kill needs one
+  failing example, not the minimal one). It is registered here because `-p` plugins load before
+  conftest.py, which loads the profile named in HYPOTHESIS_PROFILE.
+- orders the selected tests fastest first (durations from mutmut's stats run), so `-x` stops a
+  mutant's run after the cheapest failing test.
+- records what killed each mutant: the first failing test of a run with MUTANT_UNDER_TEST set
+  to a mutant name is appended to `mutmut-killers.jsonl` (in mutmut's working directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+KILLERS_FILE = "mutmut-killers.jsonl"
+STATS_FILE = "mutmut-stats.json"
+# Values mutmut puts in MUTANT_UNDER_TEST that name no mutant.
+_NOT_A_MUTANT = {"", "fail", "stats", "list_all_tests", "mutant_generation"}
+
+settings.register_profile(
+    "mutation",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    stateful_step_count=40,
+    max_examples=int(os.environ.get("VTWIN_MUTATION_EXAMPLES", "12")),
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+)
+
+
+def _durations() -> dict[str, float]:
+    try:
+        data = json.loads(Path(STATS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    raw = data.get("duration_by_test", {}) if isinstance(data, dict) else {}
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    durations = _durations()
+    if durations:
+        items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if not report.failed or mutant in _NOT_A_MUTANT:
+        return
+    line = json.dumps({"mutant": mutant, "test": report.nodeid, "when": report.when})
+    with open(KILLERS_FILE, "a", encoding="utf-8") as out:
+        out.write(line + "\n")

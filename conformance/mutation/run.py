@@ -1,0 +1,103 @@
+"""`python -m conformance.mutation run|report`: a bounded mutmut run, then the report.
+
+`run --max-minutes N` starts `mutmut run` and, N minutes later, interrupts it (SIGINT: mutmut
+stops its workers and keeps every verdict it has; the mutants it did not reach stay "not run"
+and are reported as such). mutmut caches verdicts in `mutants/` with a hash per function, so
+the next run tests only mutants it has not judged yet or whose function changed. The killer
+tests and options are `[tool.mutmut]` in pyproject.toml; the oracle's environment is set here.
+Exit status: 0 when the score reaches `--target` and no equivalent-mutant entry is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from conformance.errors import UserError
+from conformance.mutation.equivalents import DEFAULT_PATH, load_equivalents
+from conformance.mutation.report import judge, write_report
+from conformance.mutation.results import read_mutants
+
+ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+              "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
+              "TOKENIZERS_PARALLELISM": "false", "HYPOTHESIS_PROFILE": "mutation"}
+GRACE_S = 60.0
+
+
+def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = ()) -> float:
+    """Run mutmut for at most `max_minutes` (then interrupt it); returns the minutes taken."""
+    mutmut = shutil.which("mutmut") or str(Path(sys.executable).with_name("mutmut"))
+    if not Path(mutmut).exists():
+        raise UserError("mutmut is not installed: pip install -e .[mutation]")
+    env = {**os.environ, **ORACLE_ENV}
+    command = [mutmut, "run", "--max-children", str(max_children), *mutants]
+    started = time.monotonic()
+    deadline = started + max_minutes * 60.0
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+        if process.poll() is None:
+            print(f"\nmutation: --max-minutes {max_minutes:g} reached, stopping mutmut; the "
+                  "mutants it did not reach are reported as not run", flush=True)
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    except KeyboardInterrupt:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait()
+        raise
+    return (time.monotonic() - started) / 60.0
+
+
+def report(mutants_dir: Path, source_root: Path, equivalents: Path, out: Path, target: float,
+           minutes: float | None) -> bool:
+    verdict = judge(read_mutants(mutants_dir, source_root), load_equivalents(equivalents))
+    write_report(verdict, out, target, minutes)
+    s = verdict.summary
+    print(f"mutation: {s.total} mutants: {s.killed} killed, {s.survived} survived, "
+          f"{s.equivalent} equivalent, {s.not_run} not run; score {s.score:.1f}% "
+          f"(target {target:g}%) -> {out / 'index.html'}")
+    for entry in s.stale:
+        print(f"mutation: stale equivalent-mutant entry (matches no surviving mutant): {entry}")
+    return s.passes(target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.mutation",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("command", choices=("run", "report"),
+                        help="run: mutmut (bounded), then the report; report: the report only")
+    parser.add_argument("mutants", nargs="*",
+                        help="run only these mutants (mutmut names, * globs); reruns them")
+    parser.add_argument("--max-minutes", type=float, default=60.0,
+                        help="stop launching mutants after this long (default 60)")
+    parser.add_argument("--max-children", type=int, default=2,
+                        help="mutants tested at once (default 2: one per core here)")
+    parser.add_argument("--target", type=float, default=95.0,
+                        help="lowest passing score in percent (default 95)")
+    parser.add_argument("--equivalents", type=Path, default=DEFAULT_PATH)
+    parser.add_argument("--out", type=Path, default=Path("reports") / "mutation")
+    parser.add_argument("--mutants-dir", type=Path, default=Path("mutants"))
+    args = parser.parse_args(argv)
+    try:
+        minutes = None
+        if args.command == "run":
+            load_equivalents(args.equivalents)  # a malformed file fails before the long run
+            minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
+        ok = report(args.mutants_dir, Path("."), args.equivalents, args.out, args.target,
+                    minutes)
+    except UserError as err:
+        print(f"mutation: {err}", file=sys.stderr)
+        return 2
+    return 0 if ok else 1
