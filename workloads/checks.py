@@ -51,6 +51,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
 
     if model.hash_block_size is not None and model.block_size % model.hash_block_size:
         raise fail("hash_block_size", f"must divide block_size {model.block_size}")
+    if model.num_lookahead_tokens and not model.num_spec_tokens:
+        raise fail("num_lookahead_tokens", "needs num_spec_tokens > 0 (a drafter to write ahead)")
     if model.max_num_batched_tokens < model.max_num_seqs:
         raise fail("max_num_batched_tokens", f"must be >= max_num_seqs {model.max_num_seqs}")
     if not model.enable_chunked_prefill and model.max_num_batched_tokens < model.max_model_len:
@@ -85,6 +87,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         num_spec_tokens=model.num_spec_tokens,
         async_scheduling=model.async_scheduling,
         hash_block_size=model.hash_block_size,
+        num_lookahead_tokens=model.num_lookahead_tokens,
     )
 
 

@@ -45,7 +45,8 @@ class EngineConfig:
 
     `num_blocks` counts the null block 0, so `num_blocks - 1` blocks are usable, exactly as in
     vLLM's block pool. `long_prefill_token_threshold == 0` and `num_spec_tokens == 0` mean off.
-    `hash_block_size` of None means "same as block_size".
+    `hash_block_size` of None means "same as block_size". `num_lookahead_tokens` are KV slots
+    reserved past the scheduled tokens for a drafter that writes ahead (EAGLE-style; 0: none).
     """
 
     block_size: int = 16
@@ -62,6 +63,7 @@ class EngineConfig:
     num_spec_tokens: int = 0
     async_scheduling: bool = False
     hash_block_size: int | None = None
+    num_lookahead_tokens: int = 0
 
     @property
     def usable_blocks(self) -> int:
@@ -87,6 +89,7 @@ class EngineConfig:
             "num_spec_tokens": self.num_spec_tokens,
             "async_scheduling": self.async_scheduling,
             "hash_block_size": self.hash_block_size,
+            "num_lookahead_tokens": self.num_lookahead_tokens,
         }
 
 

@@ -68,6 +68,7 @@ class EngineConfigModel(_Strict):
     num_spec_tokens: NonNegInt = 0
     async_scheduling: bool = False
     hash_block_size: PosInt | None = None
+    num_lookahead_tokens: NonNegInt = 0
 
 
 class HeaderModel(_Strict):

@@ -73,6 +73,7 @@ class Driver:
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self._tables: dict[str, BlockIds] = {}
         self._last_tables: dict[str, BlockIds] = {}
+        self._hash_lengths: dict[str, int] = {}  # block hashes already recorded, per request
         self.liveness = LivenessMonitor(workload) if stall_patience is None else \
             LivenessMonitor(workload, stall_patience)
 
@@ -170,6 +171,7 @@ class Driver:
         s = scheduled
         tables = self._tables if s is not None else {}
         self._tables = {}
+        hashes = self._capture_hashes(s, update)
         record = StepRecord(
             step=step,
             scheduled=s is not None,
@@ -189,6 +191,7 @@ class Driver:
                 [(r.req_id, r.block_ids) for r in s.new_reqs]
                 + [(r.req_id, r.new_block_ids) for r in s.cached_reqs]),
             block_tables=tuple(tables.items()),
+            new_block_hashes=tuple(hashes.items()),
             preempted=() if s is None else s.preempted_req_ids,
             finished=() if s is None else s.finished_req_ids,
             aborted=aborted,
@@ -199,6 +202,21 @@ class Driver:
             num_running=len(after.running),
             num_waiting=len(after.waiting),
             prefix_cache=None if update is None else update.prefix_cache,
+            events=events,
         )
         return Step(before, record, events)
 
+    def _capture_hashes(self, scheduled: Scheduled | None,
+                        update: Update | None) -> dict[str, tuple[str, ...]]:
+        """Block hashes added since the last record, for every request scheduled or updated
+        in this step (hashes grow only when a request is added or gets tokens)."""
+        ids = [] if scheduled is None else [rid for rid, _ in scheduled.num_scheduled_tokens]
+        if update is not None:
+            ids += [o.req_id for o in update.outputs]
+        if not ids:
+            return {}
+        lengths = self._hash_lengths
+        hashes = self.system.block_hashes({rid: lengths.get(rid, 0) for rid in ids})
+        for rid, new in hashes.items():
+            lengths[rid] = lengths.get(rid, 0) + len(new)
+        return hashes

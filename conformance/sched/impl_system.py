@@ -8,7 +8,7 @@ sets (finished, preempted, resumed ids) the adapter sorts them, exactly as for u
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.kv.systems import _impl_spec
@@ -25,6 +25,7 @@ from conformance.sched.system import (
     SystemState,
     TokenOutput,
     Update,
+    block_hashes_of,
     block_ids,
     block_tables_of,
     external_hash,
@@ -49,6 +50,7 @@ def build_impl_scheduler(config: EngineConfig) -> Any:
         enable_chunked_prefill=config.enable_chunked_prefill,
         policy=config.policy,
         num_spec_tokens=config.num_spec_tokens,
+        num_lookahead_tokens=config.num_lookahead_tokens,
         async_scheduling=config.async_scheduling,
         enable_prefix_caching=config.enable_prefix_caching,
         hash_algo=config.hash_algo,
@@ -146,6 +148,9 @@ class ImplSystem:
 
     def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
         return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        return block_hashes_of(self.scheduler.requests, since)
 
     def state(self) -> SystemState:
         s = self.scheduler

@@ -9,6 +9,10 @@ scheduler keeps (finished, preempted, resumed ids) are sorted by the adapters; o
 `block_tables` holds the whole table of every scheduled request whose table changed since
 the system's previous record (allocation, sliding-window recycling, a resume after preemption);
 unchanged tables are left out, which keeps traces of long replays small without hiding a change.
+`new_block_hashes` does the same for block hashes: per request scheduled or updated in the step,
+the hashes (full hex) computed since its previous record, so a wrong chaining, extra key or
+NONE_HASH shows at the step it first happens. `events` are the step's KV-cache events (stored,
+removed, cleared with every hash), the stream a KV-aware router would consume.
 
 One record per driver step, including idle steps (no request known yet) and, under async
 scheduling, steps that schedule a batch without applying one. `applied_step` says which step's
@@ -20,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.sched.system import BlockCounts, BlockIds, CacheStats, TokenOutput
+from conformance.sched.system import BlockCounts, BlockIds, CacheEvent, CacheStats, TokenOutput
 
 SCHEDULE_FIELDS: tuple[str, ...] = (
     "step", "num_scheduled_tokens", "preempted", "finished", "aborted", "finish_reasons",
@@ -29,7 +33,7 @@ SCHEDULE_FIELDS: tuple[str, ...] = (
 
 REQUEST_KEYED_FIELDS: frozenset[str] = frozenset({
     "num_scheduled_tokens", "num_computed_tokens", "num_output_tokens", "spec_tokens",
-    "new_block_ids", "block_tables", "outputs", "finish_reasons",
+    "new_block_ids", "block_tables", "new_block_hashes", "outputs", "finish_reasons",
 })
 """Fields whose JSON form is a dict keyed by request id."""
 
@@ -51,6 +55,7 @@ class StepRecord:
     spec_tokens: tuple[tuple[str, tuple[int, ...]], ...]
     new_block_ids: tuple[tuple[str, BlockIds | None], ...]
     block_tables: tuple[tuple[str, BlockIds], ...]
+    new_block_hashes: tuple[tuple[str, tuple[str, ...]], ...]
     preempted: tuple[str, ...]
     finished: tuple[str, ...]
     aborted: tuple[str, ...]
@@ -61,6 +66,7 @@ class StepRecord:
     num_running: int
     num_waiting: int
     prefix_cache: CacheStats | None
+    events: tuple[CacheEvent, ...] = ()
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -86,6 +92,7 @@ class StepRecord:
             "spec_tokens": {rid: list(ids) for rid, ids in self.spec_tokens},
             "new_block_ids": {rid: _ids_json(ids) for rid, ids in self.new_block_ids},
             "block_tables": {rid: _ids_json(ids) for rid, ids in self.block_tables},
+            "new_block_hashes": {rid: list(h) for rid, h in self.new_block_hashes},
             "preempted": list(self.preempted),
             "finished": list(self.finished),
             "aborted": list(self.aborted),
@@ -106,6 +113,7 @@ class StepRecord:
                 "preempted_queries": self.prefix_cache.preempted_queries,
                 "preempted_hits": self.prefix_cache.preempted_hits,
             },
+            "events": [_event_json(e) for e in self.events],
         }
 
     @staticmethod
@@ -125,6 +133,8 @@ class StepRecord:
             spec_tokens=tuple((k, tuple(v)) for k, v in data["spec_tokens"].items()),
             new_block_ids=tuple((k, _ids_tuple(v)) for k, v in data["new_block_ids"].items()),
             block_tables=tuple((k, _ids_tuple(v) or ()) for k, v in data["block_tables"].items()),
+            new_block_hashes=tuple((k, tuple(v))
+                                   for k, v in data.get("new_block_hashes", {}).items()),
             preempted=tuple(data["preempted"]),
             finished=tuple(data["finished"]),
             aborted=tuple(data["aborted"]),
@@ -136,6 +146,9 @@ class StepRecord:
             num_running=data["num_running"],
             num_waiting=data["num_waiting"],
             prefix_cache=None if pc is None else CacheStats(**pc),
+            events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
+                                    e["parent_hash"], e["num_tokens"])
+                         for e in data.get("events", ())),
         )
 
 
@@ -145,3 +158,8 @@ def _ids_json(ids: BlockIds | None) -> list[list[int]] | None:
 
 def _ids_tuple(ids: list[list[int]] | None) -> BlockIds | None:
     return None if ids is None else tuple(tuple(group) for group in ids)
+
+
+def _event_json(event: CacheEvent) -> dict[str, Any]:
+    return {"kind": event.kind, "group": event.group, "block_hashes": list(event.block_hashes),
+            "parent_hash": event.parent_hash, "num_tokens": event.num_tokens}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -23,11 +23,25 @@ NONE_HASH_SEED = "0"
 """The seed every adapter derives NONE_HASH from, whatever PYTHONHASHSEED says."""
 
 BlockIds = tuple[tuple[int, ...], ...]
+"""Block ids per KV-cache group, in group order."""
 
 
 def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
     """Block ids per group as the records hold them (tuples: hashable, comparable)."""
     return tuple(tuple(ids) for ids in per_group)
+
+
+def block_hashes_of(requests: Mapping[str, Any],
+                    since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+    """Block hashes (full hex) of each request in `since`, from index `since[id]` on, read from
+    a scheduler's `requests` map (impl's and upstream's requests both keep `block_hashes`).
+    Unknown requests and requests with nothing new are left out."""
+    hashes = {}
+    for rid, start in since.items():
+        request = requests.get(rid)
+        if request is not None and len(request.block_hashes) > start:
+            hashes[rid] = tuple(bytes(h).hex() for h in request.block_hashes[start:])
+    return hashes
 
 
 def block_tables_of(manager: Any, request_ids: Sequence[str]) -> dict[str, BlockIds]:
@@ -39,7 +53,6 @@ def block_tables_of(manager: Any, request_ids: Sequence[str]) -> dict[str, Block
         if any(ids):
             tables[rid] = ids
     return tables
-"""Block ids per KV-cache group, in group order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +195,11 @@ class System(Protocol):
 
     def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
         """Whole block tables of the given requests (those holding no blocks are left out)."""
+        ...
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        """Each request's block hashes (hex) from index `since[request_id]` on; requests
+        unknown or with no new hash are left out."""
         ...
 
     def state(self) -> SystemState: ...

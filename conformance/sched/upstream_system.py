@@ -9,7 +9,7 @@ published. vLLM is imported only when an instance is built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.errors import UserError
@@ -26,6 +26,7 @@ from conformance.sched.system import (
     SystemState,
     TokenOutput,
     Update,
+    block_hashes_of,
     block_ids,
     block_tables_of,
     external_hash,
@@ -81,6 +82,9 @@ class UpstreamSystem:
         # The records follow the V1 model runner's layout (resumed requests are cached ones);
         # V2 is only chosen where Triton runs, which a CPU oracle never has, but pin it anyway.
         self.scheduler.use_v2_model_runner = False
+        # EAGLE-style lookahead without a draft model to build: the scheduler reads the count
+        # from the attribute at every allocation (connector-free paths use nothing else).
+        self.scheduler.num_lookahead_tokens = config.num_lookahead_tokens
         pool = self.scheduler.kv_cache_manager.block_pool
         pool.enable_kv_cache_events = True
         self.scheduler.kv_cache_manager.enable_kv_cache_events = True
@@ -188,6 +192,9 @@ class UpstreamSystem:
     # -- observation ------------------------------------------------------------------------
     def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
         return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        return block_hashes_of(self.scheduler.requests, since)
 
     def state(self) -> SystemState:
         s = self.scheduler

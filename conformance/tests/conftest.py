@@ -1,23 +1,57 @@
-"""Hypothesis profiles for the differential tests.
+"""Hypothesis profiles and seeding for the differential tests.
 
-`default`: >= 200 examples per KV family (CI), derandomized so a CI run is reproducible.
-`nightly`: >= 5,000, fresh examples each run. `quick`: a smoke pass.
-Pick one with HYPOTHESIS_PROFILE=nightly (or pytest --hypothesis-profile nightly).
+`default` (CI): >= 200 examples per KV family, random on every run: a fixed example set would
+check the same few hundred workloads forever and hide what the space still holds. Each run
+prints its seed in pytest's header; failures are saved to the example database
+(`.hypothesis/examples`) and replayed first by every later run on that machine. Reproduce a run
+with `VTWIN_HYPOTHESIS_SEED=N` (same seed, same examples, empty database) and make a found
+divergence permanent with `vtwin conform --workload FILE --emit-regression conformance/regressions`.
+`nightly`: >= 5,000 examples. `quick`: a smoke pass. Pick one with HYPOTHESIS_PROFILE=nightly
+(or pytest --hypothesis-profile nightly).
 """
 
 import os
+import random
 
+import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 settings.register_profile(
     "vtwin-base",
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     stateful_step_count=40,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
 )
 _base = settings.get_profile("vtwin-base")
-# CI: a fixed example set (reproducible gate); nightly explores fresh examples every run.
-settings.register_profile("default", parent=_base, max_examples=200, derandomize=True)
+settings.register_profile("default", parent=_base, max_examples=200)
 settings.register_profile("nightly", parent=_base, max_examples=5000)
 settings.register_profile("quick", parent=_base, max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+RUN_SEED = int(os.environ.get("VTWIN_HYPOTHESIS_SEED") or random.SystemRandom().getrandbits(32))
+
+
+def _seed_hypothesis(seed: int) -> None:
+    """Seed the generator Hypothesis draws each test's seed from. Not `--hypothesis-seed`:
+    a forced seed switches the example database off, and replaying saved failures first
+    matters more. The hook is Hypothesis-internal, so its absence only loses reproducibility
+    by seed (the database and the printed blobs still reproduce failures)."""
+    from hypothesis import core
+
+    local = getattr(core, "threadlocal", None)
+    if local is not None and hasattr(local, "_hypothesis_global_random"):
+        local._hypothesis_global_random = random.Random(seed)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"hypothesis: profile {settings.get_current_profile_name()}, run seed {RUN_SEED} "
+            f"(reproduce: VTWIN_HYPOTHESIS_SEED={RUN_SEED}), failures replayed from "
+            ".hypothesis/examples")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _seed_hypothesis(RUN_SEED)

@@ -22,6 +22,7 @@ def record(step: int = 0, **changes: Any) -> StepRecord:
         num_output_tokens=(), spec_tokens=(),
         new_block_ids=(("a", ((1, 2),)), ("b", ((3, 4),))),
         block_tables=(("a", ((1, 2),)), ("b", ((3, 4),))),
+        new_block_hashes=(("a", ("aa01",)), ("b", ("bb01",))),
         preempted=(), finished=(), aborted=(), num_common_prefix_blocks=(),
         applied_step=step,
         outputs=(TokenOutput("a", (7,), None, None), TokenOutput("b", (9,), None, None)),

@@ -81,11 +81,12 @@ class KVCacheCoordinator:
 
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
-        total_computed_tokens: int,
+        total_computed_tokens: int, apply_admission_cap: bool = False,
     ) -> int:
         return sum(
             manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[index], total_computed_tokens
+                request_id, num_tokens, new_computed_blocks[index], total_computed_tokens,
+                apply_admission_cap,
             )
             for index, manager in enumerate(self.managers)
         )

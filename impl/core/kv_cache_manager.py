@@ -81,7 +81,11 @@ class KVCacheManager:
         enable_caching: bool = True,
         log_stats: bool = False,
         enable_kv_cache_events: bool = False,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
+        """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
+        batch's budget, two under async scheduling); sizes the admission cap of block-recycling
+        groups. None: `max_model_len`, which makes the cap the whole sequence."""
         if max_model_len < 1:
             raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
         sizes = kv_cache_config.block_sizes
@@ -94,6 +98,11 @@ class KVCacheManager:
             kv_cache_config, max_model_len, enable_caching, hash_block_size,
             enable_kv_cache_events,
         )
+        in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
+        for manager in self.coordinator.managers:
+            cap = getattr(manager.kv_cache_spec, "admission_cap_blocks", None)
+            if cap is not None:
+                manager.admission_cap_blocks = cap(in_flight, max_model_len)
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.block_pool = self.coordinator.block_pool
         self.kv_cache_config = kv_cache_config
@@ -179,8 +188,8 @@ class KVCacheManager:
             return None
         if full_sequence_must_fit:
             num_full = coordinator.get_num_blocks_to_allocate(
-                request.request_id, max(request.num_tokens, num_tokens_need_slot), computed,
-                total_computed,
+                request.request_id, min(request.num_tokens, self.max_model_len), computed,
+                total_computed, apply_admission_cap=True,
             )
             if num_full > free:
                 return None

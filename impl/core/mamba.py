@@ -48,11 +48,13 @@ class MambaManager(SingleTypeKVCacheManager):
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
             return self.block_pool.num_gpu_blocks + 1  # more than the pool: refused this step
         return super().get_num_blocks_to_allocate(
-            request_id, num_tokens, new_computed_blocks, total_computed_tokens
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+            apply_admission_cap,
         )
 
     def cache_blocks(self, request: object, block_hashes: Sequence[BlockHash],

@@ -48,6 +48,9 @@ class SingleTypeKVCacheManager:
         # Ids of newly allocated blocks, for a worker that zeroes them; only kept on request
         # so a long run does not accumulate them.
         self.record_new_block_ids = record_new_block_ids
+        # Per-request cap of the full-sequence admission gate, for types that recycle blocks
+        # (sliding window, chunked local); None: the whole sequence counts. Set by the manager.
+        self.admission_cap_blocks: int | None = None
         self.new_block_ids: list[int] = []
         # Granularity of request block hashes (set by the coordinator; may be finer).
         self.hash_block_size = self.block_size
@@ -69,13 +72,18 @@ class SingleTypeKVCacheManager:
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """Blocks the pool must hand out to give the request `num_tokens` slots.
 
         Prefix-hit blocks that sit free in the queue count too: touching them takes them out of
-        the free pool just like an allocation would.
+        the free pool just like an allocation would. `apply_admission_cap`: the admission gate
+        asks for the whole sequence, but a type that recycles blocks never holds more than
+        `admission_cap_blocks` of them at once, so that is all the gate reserves.
         """
         num_required = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap and self.admission_cap_blocks is not None:
+            num_required = min(num_required, self.admission_cap_blocks)
         held = self.req_to_blocks.get(request_id)
         num_held = len(held) if held is not None else 0
         num_skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size

@@ -56,6 +56,14 @@ class SlidingWindowSpec(AttentionSpec):
     def type_id(self) -> str:
         return f"sliding_window_{self.sliding_window}"
 
+    def admission_cap_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """The most blocks one request can hold at once: the last `sliding_window - 1`
+        processed tokens plus every token still in flight (blocks are freed on the processed
+        basis), capped by `max_model_len`, plus one because the window rarely starts on a
+        block boundary. The admission gate reserves no more than this per request."""
+        num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        return -(-num_tokens // self.block_size) + 1
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkedLocalAttentionSpec(AttentionSpec):
@@ -71,6 +79,12 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     @property
     def type_id(self) -> str:
         return f"chunked_local_{self.attention_chunk_size}"
+
+    def admission_cap_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """The most blocks one request can hold at once: one chunk plus the tokens in
+        flight, capped by `max_model_len` (see `SlidingWindowSpec.admission_cap_blocks`)."""
+        num_tokens = min(self.attention_chunk_size + max_in_flight_tokens, max_model_len)
+        return -(-num_tokens // self.block_size)
 
 
 @dataclass(frozen=True, slots=True)

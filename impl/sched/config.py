@@ -14,6 +14,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     policy: str = "fcfs"  # fcfs | priority
     num_spec_tokens: int = 0  # 0: no speculative decoding
+    num_lookahead_tokens: int = 0  # KV slots past the scheduled tokens for a drafter (EAGLE)
     async_scheduling: bool = False
     enable_prefix_caching: bool = True
     hash_algo: str = "sha256"
@@ -27,11 +28,17 @@ class SchedulerConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
-        for name in ("long_prefill_token_threshold", "num_spec_tokens"):
+        for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0 (got {getattr(self, name)})")
         if self.policy not in ("fcfs", "priority"):
             raise ValueError(f"policy: must be 'fcfs' or 'priority' (got {self.policy!r})")
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet processed, at most: a batch's budget per batch in
+        flight (two under async scheduling, whose batch queue overlaps two steps)."""
+        return (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
 
     @property
     def effective_hash_block_size(self) -> int:

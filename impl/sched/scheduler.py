@@ -43,6 +43,7 @@ class Scheduler(SchedulerUpdates):
             kv_cache_config, scheduler_config.max_model_len,
             hash_block_size=scheduler_config.effective_hash_block_size,
             enable_caching=scheduler_config.enable_prefix_caching, log_stats=log_stats,
+            max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
         )
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
@@ -50,7 +51,7 @@ class Scheduler(SchedulerUpdates):
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.prev_step_scheduled_req_ids: set[str] = set()
-        self.num_lookahead_tokens = 0
+        self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.num_spec_tokens = scheduler_config.num_spec_tokens
         self.num_preemptions = 0
 
