@@ -69,6 +69,32 @@ FAMILIES: tuple[KVFamily, ...] = (
     # Hashes at 16 tokens, full-attention blocks of 32: a group block holds two hash blocks.
     KVFamily("hash_block_smaller", (GroupShape("full", 32), GroupShape("sliding_window", 16, 48)),
              num_blocks=40),
+    # Windows that are not a multiple of the block size: smaller than one block, one token past
+    # three blocks (the window then straddles one more block than window // block_size).
+    KVFamily("sliding_window_lt_block",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 5)), num_blocks=40),
+    KVFamily("sliding_window_k_block_plus1",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 49)), num_blocks=40),
+    # Window group with larger blocks than full attention (the reverse of sliding_window_sparse).
+    KVFamily("sliding_window_larger_blocks",
+             (GroupShape("full", 16), GroupShape("sliding_window", 32, 40)), num_blocks=40),
+    # Hashes at 8 tokens under equal 16-token blocks: every group block holds two hash blocks.
+    KVFamily("hybrid_hash_block_8",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
+             hash_block_size=8),
+    KVFamily("mamba_hash_block_8", (GroupShape("full", 16), GroupShape("mamba", 16)),
+             num_blocks=40, hash_block_size=8),
+    # Mamba blocks of 16 under a hit alignment of 32 (full attention at 32): only every other
+    # mamba state can serve a hit. And the reverse: mamba blocks larger than attention's.
+    KVFamily("mamba_alignment_32", (GroupShape("full", 32), GroupShape("mamba", 16)),
+             num_blocks=40),
+    KVFamily("mamba_larger_blocks", (GroupShape("full", 16), GroupShape("mamba", 32)),
+             num_blocks=40),
+    # Three attention types in one model.
+    KVFamily("full_window_mamba", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48),
+                                   GroupShape("mamba", 16)), num_blocks=48),
+    KVFamily("full_window_chunked", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48),
+                                     GroupShape("chunked_local", 16, 64)), num_blocks=48),
 )
 
 
