@@ -51,6 +51,19 @@ def ci(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def nightly(session: nox.Session) -> None:
+    """Differential Hypothesis tests for a time budget (`nox -s nightly -- --minutes 60`).
+
+    Rounds under the nightly profile, a fresh seed each (printed), until the budget is used;
+    examples per family and every failure go to reports/nightly/ (nightly.json, index.html).
+    Failures go to .hypothesis/examples, as in `ci`, and are replayed first by the next run.
+    Fails if any test failed (`python -m conformance.nightly --help`)."""
+    install_oracle(session)
+    session.install("-e", ".[test,runner]")
+    session.run("python", "-m", "conformance.nightly", *session.posargs, env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
 def conformance(session: nox.Session) -> None:
     """The main job: differential tests against upstream vLLM, report under reports/."""
     install_oracle(session)
