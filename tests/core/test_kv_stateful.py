@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 from hypothesis import settings
 
-from conformance.kv.family import FAMILIES, KVFamily
+from conformance.kv.family import FAMILIES, KVFamily, family_by_name
 from conformance.kv.machine import lockstep_machine
-from conformance.kv.systems import ImplKV
+from conformance.kv.systems import ImplKV, Snapshot
 
 
 def _test_case(family: KVFamily) -> type:
@@ -26,3 +27,24 @@ def _test_case(family: KVFamily) -> type:
 
 for _family in FAMILIES:
     globals()[f"TestImplKV_{_family.name}"] = _test_case(_family)
+
+
+class _ReversedQueue(ImplKV):
+    """A planted bug: reports its free queue in reverse order."""
+
+    def snapshot(self) -> Snapshot:
+        snapshot = super().snapshot()
+        snapshot.free_queue.reverse()
+        return snapshot
+
+
+def test_a_divergence_is_reported_by_its_invariant_with_both_system_names() -> None:
+    machine = lockstep_machine(family_by_name("full_bs16"), partial(ImplKV, name="impl"),
+                               partial(_ReversedQueue, name="planted"))()
+    machine.free_counts_agree()  # the count is right; only the order is wrong
+    with pytest.raises(AssertionError) as failure:
+        machine.free_queue_orders_agree()
+    message = str(failure.value)
+    assert message.startswith("free_queue differs:")
+    assert "\n  impl:    [1, 2," in message and "\n  planted: [23, 22," in message
+    assert "upstream" not in message
