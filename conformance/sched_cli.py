@@ -14,6 +14,7 @@ Also runnable as ``python -m conformance.sched_cli`` before the subcommands are 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -117,9 +118,15 @@ def emit_regression(outcome: WorkloadOutcome, directory: Path) -> Path | None:
     divergence = outcome.divergence
     if divergence is not None and outcome.verdict == "failed":
         return write_regression(outcome.source, divergence, directory)
-    reason = outcome.result.error or "error"
-    kind = "stalled" if outcome.result.stall is not None else "error"
-    return write_regression(outcome.source, f"{kind}: {reason}", directory)
+    result = outcome.result
+    error = result.error or "error"
+    if result.stall is not None:
+        stalled = result.stall.left or result.stall.right
+        tag = f"stalled {result.stall.side} {stalled.reason if stalled else ''}"
+    else:
+        raised = re.search(r" raised (\w+)", error)
+        tag = f"error {raised.group(1) if raised else ''}"
+    return write_regression(outcome.source, f"{tag.strip()}: {error}", directory)
 
 
 def _summary(run: ConformRun, page: Path) -> str:

@@ -89,8 +89,7 @@ class Driver:
             if step >= self.max_steps:
                 raise self._stalled(step - 1, "step-cap", f"workload {self.workload.name!r} "
                                     f"still running after {self.max_steps} steps")
-            events = bool(arrivals and arrivals[0].arrival_step <= step) or bool(
-                aborts and aborts[0].step <= step)
+            aborting = bool(aborts and aborts[0].step <= step)
             while arrivals and arrivals[0].arrival_step <= step:
                 self.system.add_request(arrivals.popleft(), float(step))
             aborted: list[str] = []
@@ -113,7 +112,7 @@ class Driver:
                 scheduled_tokens=done.record.total_num_scheduled_tokens,
                 outputs=sum(1 for o in done.record.outputs
                             if o.new_token_ids or o.finish_reason is not None),
-                events=events, future_events=bool(arrivals or aborts),
+                aborting=aborting, aborts_pending=bool(aborts),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
             if stall is not None:

@@ -15,9 +15,12 @@ and in what state. Reasons, cheapest signal first:
 |                  | finishes for longer than the whole workload's work, times `LIVELOCK_X`  |
 | `step-cap`       | the driver's step limit (`default_max_steps`) is reached                 |
 
-The idle reasons only fire once no arrival or abort is left in the workload's future: an
-abort may be exactly what frees a stuck request, and it is the workload's right to wait for
-it. A step with an arrival or abort counts as progress. Nothing here looks inside a system:
+The idle reasons only fire once no abort is left in the workload's future: an abort may be
+exactly what frees a stuck request, and it is the workload's right to wait for it; a step
+with an abort counts as progress. Arrivals neither count nor hold a verdict back: a new
+request cannot free a stuck one's blocks, and once admitted it schedules tokens, which is
+progress (so a system that stops scheduling is caught even while requests keep arriving).
+Nothing here looks inside a system:
 the monitor sees only the canonical records and `SystemState`, so the twin and upstream are
 judged by the same rule, and the same state on both sides gives the same verdict.
 
@@ -100,14 +103,14 @@ class LivenessMonitor:
         work = sum(r.prompt_len + r.max_tokens for r in workload.requests)
         self.livelock_tokens = LIVELOCK_X * work + workload.config.max_num_batched_tokens
 
-    def observe(self, *, scheduled_tokens: int, outputs: int, events: bool,
-                future_events: bool, unfinished: bool,
+    def observe(self, *, scheduled_tokens: int, outputs: int, aborting: bool,
+                aborts_pending: bool, unfinished: bool,
                 state: Callable[[], SystemState]) -> tuple[str, str] | None:
         """One finished step. `outputs`: requests that gained a token or finished in it;
-        `events`: an arrival or abort happened in it; `future_events`: more are to come;
+        `aborting`: an abort happened in it; `aborts_pending`: more are to come;
         `state`: the system's state, asked for only once the run looks stalled (a snapshot
         costs a pass over the block pool)."""
-        if outputs or events or not unfinished:
+        if outputs or aborting or not unfinished:
             self.idle_steps = 0
             self.since_output = 0
             return None
@@ -117,7 +120,7 @@ class LivenessMonitor:
                                 f"token or finish, more than a live run needs "
                                 f"({self.livelock_tokens})")
         self.idle_steps = 0 if scheduled_tokens else self.idle_steps + 1
-        if self.idle_steps < self.patience or future_events:
+        if self.idle_steps < self.patience or aborts_pending:
             return None
         now = state()
         if now.waiting and not now.running:

@@ -152,7 +152,8 @@ def write_regression(workload: Workload, divergence_or_reason: Divergence | str,
     """Write `workload` as a standalone regression file in `directory` and return its path.
 
     The file is named after the workload and what went wrong (``WORKLOAD.FIELD.jsonl`` for a
-    divergence, ``WORKLOAD.REASON.jsonl`` otherwise); the workload inside is renamed
+    divergence, ``WORKLOAD.TAG.jsonl`` for a reason ``"TAG: details"``); the workload inside is
+    renamed
     ``regression-WORKLOAD`` so it never collides with the suite entry it came from, and its
     description starts with what diverged (level, step, field) or the reason. The file is read
     back before it is kept: a regression that would not load, or would load as another
@@ -164,7 +165,7 @@ def write_regression(workload: Workload, divergence_or_reason: Divergence | str,
         tag = d.top_field
     else:
         what = " ".join(divergence_or_reason.split())[:200]
-        tag = what
+        tag = what.split(":", 1)[0]
     name = workload.name if workload.name.startswith("regression-") \
         else f"regression-{workload.name}"
     out = replace(workload, name=name,

@@ -104,8 +104,8 @@ def assert_both_stalled_never_admitted(result: LockstepResult) -> None:
     assert result.error is None and result.level_reached == "exact"
     verdict, _ = judge(result, "exact", ())
     assert verdict == "passed"
-    # arrivals at steps 0 and 1, then STALL_PATIENCE idle steps
-    assert stall.step == 1 + STALL_PATIENCE
+    # idle from step 0 on (an arrival is no progress): STALL_PATIENCE steps
+    assert stall.step == STALL_PATIENCE - 1
 
 
 def test_step_cap_is_a_stall_too() -> None:

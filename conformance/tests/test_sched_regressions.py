@@ -43,10 +43,22 @@ def test_a_written_divergence_reproduces_when_read_back(tmp_path: Path) -> None:
 
 
 def test_a_reason_names_the_file_and_the_description(tmp_path: Path) -> None:
-    path = write_regression(FREE_ORDER, "error: left system impl raised KeyError", tmp_path)
-    assert path.name == "planted.error-left-system-impl-raised-KeyError.jsonl"
+    path = write_regression(FREE_ORDER, "error KeyError: left system impl raised KeyError",
+                            tmp_path)
+    assert path.name == "planted.error-KeyError.jsonl"
     assert load(str(path)).description.startswith(
-        "regression (error: left system impl raised KeyError); was:")
+        "regression (error KeyError: left system impl raised KeyError); was:")
+
+
+def test_emit_regression_names_a_stall(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["conform", "--workload", "decode-heavy", "--system",
+                 "conformance.tests.test_sched_liveness:StallingImpl", "--against", "impl",
+                 "--report", str(tmp_path / "report"), "--emit-regression", str(tmp_path)])
+    assert code == 1, capsys.readouterr().err
+    path = tmp_path / "decode-heavy.stalled-left-no-progress.jsonl"
+    assert load(str(path)).description.startswith(
+        "regression (stalled left no-progress: left system impl-stalling stalled at step 20")
 
 
 def test_a_workload_no_file_can_hold_is_refused(tmp_path: Path) -> None:
