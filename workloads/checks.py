@@ -53,6 +53,10 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         raise fail("hash_block_size", f"must divide block_size {model.block_size}")
     if model.num_lookahead_tokens and not model.num_spec_tokens:
         raise fail("num_lookahead_tokens", "needs num_spec_tokens > 0 (a drafter to write ahead)")
+    if (model.hash_block_size not in (None, model.block_size) and model.enable_prefix_caching
+            and len(model.kv_cache_groups) == 1):
+        raise fail("hash_block_size", f"must equal block_size {model.block_size} with one "
+                   "KV-cache group and prefix caching on (upstream hashes at the block size)")
     if model.max_num_batched_tokens < model.max_num_seqs:
         raise fail("max_num_batched_tokens", f"must be >= max_num_seqs {model.max_num_seqs}")
     if not model.enable_chunked_prefill and model.max_num_batched_tokens < model.max_model_len:

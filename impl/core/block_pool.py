@@ -94,15 +94,20 @@ class BlockPool:
                                  and not block_mask[index - num_cached_blocks]):
                 continue
             block_hash = block_hashes[index]
-            if block.block_hash is not None and block.block_hash != block_hash:
-                # Findable so far only through a boundary inside it: keep that as secondary.
-                block.extra_hashes = [*(block.extra_hashes or ()), block.block_hash]
-            if block.block_hash != block_hash:
-                block.block_hash = block_hash
-                block.hash_group_id = group_id
-                hash_map.insert(block_hash, block)
+            if block.block_hash == block_hash:
+                stored.append(block_hash)
+                continue
+            if block.block_hash is not None:
+                # A block findable only through a boundary inside it (a prompt-tail entry) is
+                # now full: its partial entries go (with removal events) before the full one.
+                self._maybe_evict_cached_block(block)
+            block.block_hash = block_hash
+            block.hash_group_id = group_id
+            hash_map.insert(block_hash, block)
             stored.append(block_hash)
-        if self.enable_kv_cache_events and stored:
+        # One event per call, even when every new block was skipped (null or masked): the
+        # event still says which token range the group has now processed.
+        if self.enable_kv_cache_events:
             parent = block_hashes[num_cached_blocks - 1] if num_cached_blocks > 0 else None
             start, end = num_cached_blocks * block_size, num_full_blocks * block_size
             self.kv_event_queue.append(
@@ -116,11 +121,16 @@ class BlockPool:
                 )
             )
 
-    def cache_partial_block(self, block: KVCacheBlock, block_hash: BlockHash,
-                            group_id: int) -> None:
+    def cache_partial_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int,
+                            *, parent_hash: BlockHash | None = None,
+                            token_ids: Sequence[int] = (), lora_name: str | None = None) -> None:
         """Make `block` findable under the hash of a boundary inside it.
 
-        The entry belongs to the block: evicting or resetting the block drops it too.
+        The entry belongs to the block: evicting or resetting the block drops it too. A block
+        with no hash yet takes it as its primary hash; a block already cached (a full block)
+        keeps its own and carries this one in `extra_hashes`. For events, `parent_hash` is the
+        hash of the hash block before the boundary's and `token_ids` the tokens of the
+        boundary's hash block.
         """
         if block.is_null or block_hash == block.block_hash or (
                 block.extra_hashes is not None and block_hash in block.extra_hashes):
@@ -134,6 +144,12 @@ class BlockPool:
                 block.extra_hashes = []
             block.extra_hashes.append(block_hash)
         hash_map.insert(block_hash, block)
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockStored(
+                block_hashes=(block_hash,), parent_block_hash=parent_hash,
+                token_ids=tuple(token_ids), block_size=len(token_ids), lora_name=lora_name,
+                group_id=group_id,
+            ))
 
     # -- allocation -----------------------------------------------------------------------
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -168,8 +184,9 @@ class BlockPool:
         removed = tuple(h for h in hashes if hash_map.pop(h, block.block_id) is not None)
         if not removed:
             return False
-        if self.enable_kv_cache_events:
-            self.kv_event_queue.append(BlockRemoved(block_hashes=removed, group_id=group_id))
+        if self.enable_kv_cache_events:  # one event per hash, as subscribers count them
+            self.kv_event_queue.extend(BlockRemoved(block_hashes=(h,), group_id=group_id)
+                                       for h in removed)
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

@@ -41,8 +41,13 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if not blocks or index >= len(blocks):
             return
         self.tail_registered.add(request_id)
+        num_hash_blocks = boundary // hbs
         self.block_pool.cache_partial_block(
-            blocks[index], request.block_hashes[boundary // hbs - 1], self.kv_cache_group_id
+            blocks[index], request.block_hashes[num_hash_blocks - 1], self.kv_cache_group_id,
+            parent_hash=request.block_hashes[num_hash_blocks - 2] if num_hash_blocks > 1
+            else None,
+            token_ids=request.all_token_ids[boundary - hbs:boundary],
+            lora_name=request.lora_name,
         )
 
     @classmethod
