@@ -3,7 +3,8 @@
 `run --max-minutes N` starts `mutmut run` and, N minutes later, interrupts it (SIGINT: mutmut
 stops its workers and keeps every verdict it has; the mutants it did not reach stay "not run"
 and are reported as such). mutmut caches verdicts in `mutants/` with a hash per function, so
-the next run tests only mutants it has not judged yet or whose function changed. The killer
+the next run tests only mutants it has not judged yet or whose function changed
+(`--rerun-survivors` also retests the survivors: after new killer tests). The killer
 tests and options are `[tool.mutmut]` in pyproject.toml; the oracle's environment is set here.
 Exit status: 0 when the score reaches `--target` and no equivalent-mutant entry is stale.
 """
@@ -11,6 +12,7 @@ Exit status: 0 when the score reaches `--target` and no equivalent-mutant entry 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -23,7 +25,7 @@ from pathlib import Path
 from conformance.errors import UserError
 from conformance.mutation.equivalents import DEFAULT_PATH, load_equivalents
 from conformance.mutation.report import judge, write_report
-from conformance.mutation.results import read_mutants
+from conformance.mutation.results import NO_TESTS, SURVIVED, read_mutants, status_of
 
 ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
               "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
@@ -60,6 +62,21 @@ def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = (
     return (time.monotonic() - started) / 60.0
 
 
+def reset_survivors(mutants_dir: Path) -> int:
+    """Forget the verdicts of survivors ("survived", "no tests"), so the next run tests them
+    again: after new killer tests or workloads, which mutmut's cache does not track."""
+    count = 0
+    for meta in sorted((mutants_dir / "impl").rglob("*.py.meta")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        verdicts = data["exit_code_by_key"]
+        for name, exit_code in verdicts.items():
+            if status_of(exit_code) in (SURVIVED, NO_TESTS):
+                verdicts[name] = None
+                count += 1
+        meta.write_text(json.dumps(data, indent=4), encoding="utf-8")
+    return count
+
+
 def report(mutants_dir: Path, source_root: Path, equivalents: Path, out: Path, target: float,
            minutes: float | None) -> bool:
     verdict = judge(read_mutants(mutants_dir, source_root), load_equivalents(equivalents))
@@ -84,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="stop launching mutants after this long (default 60)")
     parser.add_argument("--max-children", type=int, default=2,
                         help="mutants tested at once (default 2: one per core here)")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="test surviving mutants again (after adding killer tests)")
     parser.add_argument("--target", type=float, default=95.0,
                         help="lowest passing score in percent (default 95)")
     parser.add_argument("--equivalents", type=Path, default=DEFAULT_PATH)
@@ -94,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         minutes = None
         if args.command == "run":
             load_equivalents(args.equivalents)  # a malformed file fails before the long run
+            if args.rerun_survivors:
+                print(f"mutation: {reset_survivors(args.mutants_dir)} survivors to test again")
             minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
         ok = report(args.mutants_dir, Path("."), args.equivalents, args.out, args.target,
                     minutes)

@@ -11,6 +11,8 @@ left out: every mutant that survives the other 17 workloads would pay them. They
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -22,7 +24,7 @@ from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.sched.suite import ENTRIES, SuiteEntry  # noqa: E402
 from conformance.sched.system import resolve_system  # noqa: E402
-from workloads import Workload  # noqa: E402
+from workloads import Workload, load  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 LEVEL = "exact"
@@ -47,3 +49,69 @@ def check_exact(workload: Workload, integrity_every: int = 1) -> None:
 @pytest.mark.parametrize("entry", KILLER_ENTRIES, ids=[e.name for e in KILLER_ENTRIES])
 def test_suite_workload(entry: SuiteEntry) -> None:
     check_exact(entry.make(), entry.integrity_every)
+
+
+def _hybrid_hash_block_8() -> Workload:
+    """hybrid-sliding-window with 8-token hashes under 16-token blocks: the prompt-tail entries
+    (`FullAttentionManager._cache_prompt_tail_boundary`) only exist when hash blocks are finer."""
+    workload = load("hybrid-sliding-window")
+    return replace(workload, name="hybrid-sliding-window-hash-block-8",
+                   config=replace(workload.config, hash_block_size=8))
+
+
+def _spec_decode_eos(async_scheduling: bool) -> Workload:
+    """spec-decode where every other request hits EOS early (step 5, 11, ...): requests finish
+    while drafts for them are in flight (`update_draft_token_ids` must skip them)."""
+    workload = load("spec-decode")
+    plans = tuple(replace(plan, eos_at=5 + 3 * i if i % 2 == 0 else None)
+                  for i, plan in enumerate(workload.plans))
+    name = "spec-decode-eos" + ("-async" if async_scheduling else "")
+    return replace(workload, name=name, plans=plans,
+                   config=replace(workload.config, async_scheduling=async_scheduling))
+
+
+def _async(entry: str) -> Callable[[], Workload]:
+    """A suite entry under async scheduling: in-flight tokens (`num_inflight_tokens`) only
+    matter where blocks are freed behind the window or chunk, and in preemption."""
+    def make() -> Workload:
+        workload = next(e for e in ENTRIES if e.name == entry).make()
+        return replace(workload, name=f"{entry}-async",
+                       config=replace(workload.config, async_scheduling=True))
+    return make
+
+
+EXTRA: dict[str, Callable[[], Workload]] = {
+    "hybrid-sliding-window-hash-block-8": _hybrid_hash_block_8,
+    "spec-decode-eos": lambda: _spec_decode_eos(False),
+    "spec-decode-eos-async": lambda: _spec_decode_eos(True),
+    **{f"{name}-async": _async(name) for name in (
+        "hybrid-sliding-window", "hybrid-chunked-local", "hybrid-mamba", "priority-mix",
+        "preemption-storm")},
+}
+
+
+@pytest.mark.parametrize("name", list(EXTRA))
+def test_extra_workload(name: str) -> None:
+    """Workloads beyond the default suite, added where mutants survived it; these run in CI
+    too (the default suite does not cover them)."""
+    check_exact(EXTRA[name]())
+
+
+HASH_INPUTS = [
+    (b"\x00" * 32, (1, 2, 3), None),
+    (b"parent", tuple(range(16)), ("lora-a", "salt")),
+    {"b": 1, "a": [2.5, -1]},  # maps and floats: where canonical CBOR differs from plain CBOR
+]
+
+
+@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
+def test_hash_function_is_bit_identical(algo: str) -> None:
+    """Each `prefix_caching_hash_algo` gives upstream's bytes for the same value (the KV
+    families and workloads hash with sha256 only, so the others need this direct check)."""
+    from vllm.utils.hashing import get_hash_fn_by_name as upstream_hash_fn
+
+    from impl.core.hashing import get_hash_fn_by_name
+
+    ours, theirs = get_hash_fn_by_name(algo), upstream_hash_fn(algo)
+    for value in HASH_INPUTS:
+        assert ours(value) == theirs(value), f"{algo}: {value!r}"
