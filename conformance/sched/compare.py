@@ -76,8 +76,11 @@ class Divergence:
         }
 
     def summary(self) -> str:
+        hint = (" (each system derives NONE_HASH from PYTHONHASHSEED; unset, xxhash draws a "
+                "random seed per process: set PYTHONHASHSEED to compare hashes)"
+                if self.field == "none_hash" else "")
         return (f"{self.workload}: first divergence at level {self.level}, step {self.step}, "
-                f"field {self.field}: {_short(self.left)} != {_short(self.right)}")
+                f"field {self.field}: {_short(self.left)} != {_short(self.right)}{hint}")
 
 
 class Comparer:
@@ -121,6 +124,13 @@ class Comparer:
         self._history.append((a, b))
         self.steps += 1
         return None
+
+    def feed_setting(self, field: str, left: Any, right: Any) -> Divergence | None:
+        """Compare a per-run setting both systems derive themselves (NONE_HASH) before step 0.
+        It shapes hashes only, so the `schedule` level does not look at it."""
+        if self.divergence is not None or self.level == "schedule" or left == right:
+            return None
+        return self._diverge(0, field, left, right, None, None, None, None, ())
 
     def _diverge(self, step: int, path: str, x: Any, y: Any, a: dict[str, Any] | None,
                  b: dict[str, Any] | None, left: StepRecord | None, right: StepRecord | None,

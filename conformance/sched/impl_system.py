@@ -1,9 +1,10 @@
 """`ImplSystem`: the twin's scheduler (`impl.sched`) as a `System`.
 
 The twin mirrors upstream's names, so this adapter is thin: build its `SchedulerConfig` and
-`KVCacheConfig` from the workload's `EngineConfig`, pass NONE_HASH from the same seed the
-upstream adapter pins, and read its outputs into the canonical records. Where the twin keeps
-sets (finished, preempted, resumed ids) the adapter sorts them, exactly as for upstream.
+`KVCacheConfig` from the workload's `EngineConfig`, derive NONE_HASH the twin's own way (from
+PYTHONHASHSEED, as upstream does; the harness compares the two), and read its outputs into the
+canonical records. Where the twin keeps sets (finished, preempted, resumed ids) the adapter
+sorts them, exactly as for upstream.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 from conformance.kv.systems import _impl_spec
 from conformance.sched.system import (
-    NONE_HASH_SEED,
     BlockCounts,
     BlockIds,
     CachedRequest,
@@ -34,9 +34,8 @@ from conformance.sched.upstream_config import group_shape
 from workloads.model import EngineConfig, RequestSpec
 
 
-def build_impl_scheduler(config: EngineConfig) -> Any:
+def build_impl_scheduler(config: EngineConfig, none_hash: bytes) -> Any:
     """The twin's Scheduler (AsyncScheduler under async scheduling) for `config`."""
-    from impl.core.hashing import make_none_hash
     from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
     from impl.sched.async_scheduler import AsyncScheduler
     from impl.sched.config import SchedulerConfig
@@ -61,7 +60,7 @@ def build_impl_scheduler(config: EngineConfig) -> Any:
                    for i, g in enumerate(config.kv_cache_groups))
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
     return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
-                         none_hash=make_none_hash(config.hash_algo, NONE_HASH_SEED),
+                         none_hash=none_hash,
                          log_stats=True)
 
 
@@ -69,14 +68,16 @@ class ImplSystem:
     name = "impl"
 
     def __init__(self, config: EngineConfig) -> None:
-        from impl.core.hashing import make_none_hash
+        from impl.core.hashing import none_hash_from_env
         from impl.core.request_hasher import RequestBlockHasher
 
         self.config = config
-        self.scheduler: Any = build_impl_scheduler(config)
+        none_hash = none_hash_from_env(config.hash_algo)
+        self.none_hash = bytes(none_hash).hex()
+        self.scheduler: Any = build_impl_scheduler(config, none_hash)
         self.scheduler.kv_cache_manager.block_pool.enable_kv_cache_events = True
         self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
-                                          make_none_hash(config.hash_algo, NONE_HASH_SEED))
+                                          none_hash)
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:
         from impl.sched.request import Request

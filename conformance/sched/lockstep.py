@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.sched.activity import Activity
 from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
 from conformance.sched.liveness import Stalled, describe_state
@@ -112,6 +113,8 @@ class LockstepResult:
     left_series: Series
     right_series: Series
     stall: StallReport | None = None
+    activity: Activity = Activity(0, 0, 0, 0, 0, 0)
+    """What the left system's run exercised (preemptions, evictions, padding, hits)."""
 
     @property
     def level_reached(self) -> str | None:
@@ -158,6 +161,9 @@ def run_lockstep(
         for side, factory in enumerate((left, right)):
             systems.append(factory(workload.config))
             names[side] = systems[side].name
+        none_hashes = [getattr(s, "none_hash", None) for s in systems]
+        for comparer in comparers:
+            comparer.feed_setting("none_hash", *none_hashes)
         drivers = [Driver(s, workload, integrity_every=integrity_every, max_steps=max_steps,
                           snapshot_before=trace_dir is not None, stall_patience=stall_patience)
                    for s in systems]
@@ -224,6 +230,7 @@ def run_lockstep(
         divergences=divergences, error=error, error_detail=detail,
         seconds=time.monotonic() - started,
         left_series=Series.of(records[0]), right_series=Series.of(records[1]), stall=stall,
+        activity=Activity.of(records[0]),
     )
 
 

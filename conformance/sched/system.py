@@ -19,9 +19,6 @@ from typing import Any, Protocol, runtime_checkable
 from conformance.errors import UserError
 from workloads.model import EngineConfig, RequestSpec
 
-NONE_HASH_SEED = "0"
-"""The seed every adapter derives NONE_HASH from, whatever PYTHONHASHSEED says."""
-
 BlockIds = tuple[tuple[int, ...], ...]
 """Block ids per KV-cache group, in group order."""
 
@@ -175,9 +172,14 @@ class SystemState:
 
 @runtime_checkable
 class System(Protocol):
-    """A scheduler under test. One instance runs one workload, then is dropped."""
+    """A scheduler under test. One instance runs one workload, then is dropped.
+
+    `none_hash` is the parent hash of every first block (hex), derived the way the system
+    itself derives it (from PYTHONHASHSEED; unset: a fixed seed for the cryptographic hashes,
+    a random one per process for xxhash), so the harness compares the derivation too."""
 
     name: str
+    none_hash: str
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None: ...
 

@@ -2,9 +2,10 @@
 
 Built in-process from a workload's `EngineConfig` (see `upstream_config`), driven the way
 `EngineCore.step` / `step_with_batch_queue` drive it, and read back into canonical records.
-Two process-wide settings are pinned so runs are reproducible: NONE_HASH comes from the same
-seed the twin uses (never from PYTHONHASHSEED), and KV-cache events are captured instead of
-published. vLLM is imported only when an instance is built.
+NONE_HASH is derived by upstream's own `init_none_hash` (PYTHONHASHSEED, else its default rule)
+and re-pinned before every call, because it is a module global another instance may have
+re-derived; KV-cache events are captured instead of published. vLLM is imported only when an
+instance is built.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from conformance.errors import UserError
 from conformance.sched.system import (
-    NONE_HASH_SEED,
     BlockCounts,
     BlockIds,
     CachedRequest,
@@ -59,17 +59,14 @@ class UpstreamSystem:
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
-        from impl.core.hashing import make_none_hash
-
         if not version.startswith("0.32."):
             raise UserError(f"the {self.name} adapter drives vLLM 0.32.x; installed: {version}")
         self.config = config
         vllm_config = build_vllm_config(config)
         hash_fn = get_hash_fn_by_name(config.hash_algo)
-        # Not init_none_hash(hash_fn): it derives the seed from PYTHONHASHSEED (or at random,
-        # with a warning, for xxhash), and we replace its result anyway.
-        self._none_hash = kv_cache_utils.BlockHash(make_none_hash(config.hash_algo, NONE_HASH_SEED))
-        self._pin_none_hash()
+        kv_cache_utils.init_none_hash(hash_fn)
+        self._none_hash = kv_cache_utils.NONE_HASH
+        self.none_hash = bytes(self._none_hash).hex()
         scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
         self.scheduler: Any = scheduler_cls(
             vllm_config=vllm_config,

