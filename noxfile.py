@@ -23,6 +23,9 @@ ORACLE_ENV = {
     "OMP_NUM_THREADS": "1",
     "VLLM_LOGGING_LEVEL": "WARNING",
     "TOKENIZERS_PARALLELISM": "false",
+    # Each system derives NONE_HASH from it; unset, xxhash would be random per system
+    # (conformance/tests/test_sched_none_hash.py covers that case explicitly).
+    "PYTHONHASHSEED": "0",
 }
 
 
@@ -47,7 +50,10 @@ def ci(session: nox.Session) -> None:
     """Everything the PR gate runs: unit tests and differential tests against upstream."""
     install_oracle(session)
     session.install("-e", ".[test,runner]")
-    session.run("pytest", "tests", "conformance/tests", *session.posargs, env=ORACLE_ENV)
+    # Two workers (the machine's two cores); Hypothesis examples are random per run, with the
+    # run seed in the header and failures replayed first from .hypothesis/examples.
+    session.run("pytest", "-n", "2", "tests", "conformance/tests", *session.posargs,
+                env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)
@@ -122,7 +128,7 @@ def lint(session: nox.Session) -> None:
     session.install("torch==2.13.0")  # typed: the runner's tensors are checked against it
     session.install("-e", ".[test,lint,runner]")
     session.run("ruff", "check", ".")
-    session.run("mypy", "impl", "conformance")
+    session.run("mypy", "vtwin", "impl", "conformance", "workloads")
 
 
 @nox.session(python=PYTHON)

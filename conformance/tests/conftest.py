@@ -37,6 +37,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 RUN_SEED = int(os.environ.get("VTWIN_HYPOTHESIS_SEED") or random.SystemRandom().getrandbits(32))
+os.environ["VTWIN_HYPOTHESIS_SEED"] = str(RUN_SEED)  # pytest-xdist workers share the seed
 
 
 def _seed_hypothesis(seed: int) -> None:
