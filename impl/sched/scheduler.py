@@ -25,6 +25,7 @@ from impl.sched.request_queue import (
     PriorityRequestQueue,
     create_request_queue,
 )
+from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
 from vtwin.errors import IntegrityError
 
@@ -57,98 +58,102 @@ class Scheduler(SchedulerUpdates):
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        """One step, in phases: running requests first (they hold blocks; one that cannot get
+        blocks preempts another), then, only in a step that preempted nothing, waiting ones."""
+        self.kv_cache_manager.new_step_starts()
+        plan = StepPlan(self.max_num_scheduled_tokens)
+        self._schedule_running(plan)
+        if not plan.preempted:
+            self._admit_waiting(plan)
+        output = self._make_output(plan)
+        self._update_after_schedule(output)
+        return output
+
+    def _running_chunk(self, request: Request, threshold: int, token_budget: int) -> int:
+        """Tokens a running request computes this step (0: skip it).
+
+        | start from            | tokens not computed yet, drafts and async placeholders too  |
+        | long-prefill cap      | `threshold` (0 unless requests compete)                     |
+        | budget                | what the step has left                                       |
+        | context               | max_model_len - 1 - computed: room for the sampled token    |
+        """
+        num_computed = request.num_computed_tokens
+        num_new = (len(request.all_token_ids) + len(request.spec_token_ids)
+                   + request.num_output_placeholders - num_computed)
+        if 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, token_budget, self.max_model_len - 1 - num_computed)
+
+    def _schedule_running(self, plan: StepPlan) -> None:
+        """Each running request in order gets its chunk, while the budget lasts. When the pool
+        cannot hold a chunk, the policy's victim is preempted and the allocation retried; a
+        victim scheduled earlier in this step gives its tokens back, and a victim before the
+        loop's position moves the position back with it. Preempting the request itself ends
+        the phase."""
         kv = self.kv_cache_manager
         threshold = self._prefill_threshold()
-        token_budget = self.max_num_scheduled_tokens
-        scheduled_new: list[Request] = []
-        scheduled_resumed: list[Request] = []
-        scheduled_running: list[Request] = []
-        preempted: list[Request] = []
-        new_blocks_of: dict[str, KVCacheBlocks] = {}
-        num_scheduled: dict[str, int] = {}
-        spec_tokens: dict[str, list[int]] = {}
-        kv.new_step_starts()
-
         running = self.running
-        max_model_len = self.max_model_len
         index = 0
-        while index < len(running) and token_budget > 0:
+        while index < len(running) and plan.token_budget > 0:
             request = running[index]
-            placeholders = request.num_output_placeholders
-            if placeholders and self._nothing_left_to_schedule(request):
+            if request.num_output_placeholders and self._nothing_left_to_schedule(request):
                 index += 1
                 continue
-            num_computed = request.num_computed_tokens
-            num_new = (len(request.all_token_ids) + len(request.spec_token_ids) + placeholders
-                       - num_computed)
-            if 0 < threshold < num_new:
-                num_new = threshold
-            if num_new > token_budget:
-                num_new = token_budget
-            if num_new > max_model_len - 1 - num_computed:
-                num_new = max_model_len - 1 - num_computed
+            num_new = self._running_chunk(request, threshold, plan.token_budget)
             if num_new <= 0:
                 index += 1
                 continue
-            while True:
-                blocks = kv.allocate_slots(request, num_new,
-                                           num_lookahead_tokens=self.num_lookahead_tokens)
-                if blocks is not None:
-                    break
+            blocks = kv.allocate_slots(request, num_new,
+                                       num_lookahead_tokens=self.num_lookahead_tokens)
+            while blocks is None:
                 victim_index = self._victim_index()
                 victim = running.pop(victim_index)
-                if victim_index < index:  # the loop's position shifts with the list
+                if victim_index < index:
                     index -= 1
-                if victim in scheduled_running:  # give back what the victim got this step
-                    scheduled_running.remove(victim)
-                    token_budget += num_scheduled.pop(victim.request_id)
-                    new_blocks_of.pop(victim.request_id)
-                    spec_tokens.pop(victim.request_id, None)
+                if victim in plan.scheduled_running:
+                    plan.take_back(victim)
                 self._preempt_request(victim)
-                preempted.append(victim)
+                plan.preempted.append(victim)
                 if victim is request:
-                    break
-            if blocks is None:
-                break
-            scheduled_running.append(request)
-            new_blocks_of[request.request_id] = blocks
-            num_scheduled[request.request_id] = num_new
-            token_budget -= num_new
+                    return
+                blocks = kv.allocate_slots(request, num_new,
+                                           num_lookahead_tokens=self.num_lookahead_tokens)
+            plan.scheduled_running.append(request)
+            plan.schedule(request, num_new, blocks)
             index += 1
             if request.spec_token_ids:
-                num_spec = (num_new + request.num_computed_tokens - request.num_tokens
-                            - request.num_output_placeholders)
-                if num_spec > 0:
-                    spec_tokens[request.request_id] = request.spec_token_ids[:num_spec]
-                request.spec_token_ids = []
+                self._take_drafts(plan, request, num_new)
 
-        if not preempted:
-            token_budget = self._admit_waiting(token_budget, scheduled_new, scheduled_resumed,
-                                               new_blocks_of, num_scheduled, spec_tokens,
-                                               scheduled_running)
+    def _take_drafts(self, plan: StepPlan, request: Request, num_new: int) -> None:
+        """The drafts a scheduled chunk reaches are verified this step; the rest are dropped
+        (the drafter proposes anew after the step)."""
+        num_spec = (num_new + request.num_computed_tokens - request.num_tokens
+                    - request.num_output_placeholders)
+        if num_spec > 0:
+            plan.spec_tokens[request.request_id] = request.spec_token_ids[:num_spec]
+        request.spec_token_ids = []
 
-        total = sum(num_scheduled.values())
-        if total > self.max_num_scheduled_tokens or token_budget < 0:
+    def _make_output(self, plan: StepPlan) -> SchedulerOutput:
+        total = sum(plan.num_scheduled.values())
+        if total > self.max_num_scheduled_tokens or plan.token_budget < 0:
             raise IntegrityError(f"scheduler: {total} tokens scheduled, budget "
-                                 f"{self.max_num_scheduled_tokens} (left {token_budget})")
-        output = SchedulerOutput(
+                                 f"{self.max_num_scheduled_tokens} (left {plan.token_budget})")
+        return SchedulerOutput(
             scheduled_new_reqs=[
                 NewRequestData(r.request_id, list(r.prompt_token_ids),
-                               new_blocks_of[r.request_id].get_block_ids(),
+                               plan.new_blocks_of[r.request_id].get_block_ids(),
                                r.num_computed_tokens, r.lora_name)
-                for r in scheduled_new
+                for r in plan.scheduled_new
             ],
             scheduled_cached_reqs=self._make_cached_request_data(
-                scheduled_running, scheduled_resumed, new_blocks_of),
-            num_scheduled_tokens=num_scheduled,
+                plan.scheduled_running, plan.scheduled_resumed, plan.new_blocks_of),
+            num_scheduled_tokens=plan.num_scheduled,
             total_num_scheduled_tokens=total,
-            scheduled_spec_decode_tokens=spec_tokens,
+            scheduled_spec_decode_tokens=plan.spec_tokens,
             finished_req_ids=self.finished_req_ids,
-            preempted_req_ids={r.request_id for r in preempted},
+            preempted_req_ids={r.request_id for r in plan.preempted},
             num_common_prefix_blocks=[],  # cascade attention is gone upstream: always empty
         )
-        self._update_after_schedule(output)
-        return output
 
     def _prefill_threshold(self) -> int:
         """The per-request chunk cap, which only matters when requests compete: a request alone
@@ -163,20 +168,17 @@ class Scheduler(SchedulerUpdates):
                 and request.num_computed_tokens + 2 - request.num_output_placeholders
                 >= request.num_prompt_tokens + request.max_tokens)
 
-    def _admit_waiting(self, token_budget: int, scheduled_new: list[Request],
-                       scheduled_resumed: list[Request],
-                       new_blocks_of: dict[str, KVCacheBlocks],
-                       num_scheduled: dict[str, int], spec_tokens: dict[str, list[int]],
-                       scheduled_running: list[Request]) -> int:
-        """Admit waiting (and preempted) requests while budget, seats and blocks last.
-
-        `scheduled_running`: the running requests this step scheduled; an admitted decode is
-        padded to a uniform spec-decode batch only if none of them continues a prefill."""
+    def _admit_waiting(self, plan: StepPlan) -> None:
+        """Admit waiting (and preempted) requests while budget, seats and blocks last; stop at
+        the first that does not fit (the queue order is the policy's promise)."""
         config = self.scheduler_config
-        no_prefill_running = not any(r.is_prefill_chunk for r in scheduled_running)
         kv = self.kv_cache_manager
         threshold = self._prefill_threshold()
-        while (self.waiting or self.skipped_waiting) and token_budget > 0:
+        # An admitted decode is padded to a uniform spec-decode batch only if no running request
+        # of this step continues a prefill, and this is a decode (a running request scheduled
+        # already, or computed tokens of its own: a bare 1-token prompt alone is a prefill).
+        no_prefill_running = not plan.prefill_running
+        while (self.waiting or self.skipped_waiting) and plan.token_budget > 0:
             if len(self.running) == self.max_num_running_reqs:
                 break
             queue = self._select_waiting_queue()
@@ -188,16 +190,16 @@ class Scheduler(SchedulerUpdates):
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
             num_new = request.num_tokens - num_computed
             pad = 0
-            if no_prefill_running and (scheduled_running or num_computed > 0):
+            if no_prefill_running and (plan.scheduled_running or num_computed > 0):
                 pad = self._uniform_decode_padding(num_computed, num_new)
-                if pad and num_new + pad > token_budget:
+                if pad and num_new + pad > plan.token_budget:
                     break  # upstream would rather not schedule it than schedule it unpadded
                 num_new += pad
             if 0 < threshold < num_new:
                 num_new = threshold
-            if not config.enable_chunked_prefill and num_new > token_budget:
+            if not config.enable_chunked_prefill and num_new > plan.token_budget:
                 break
-            num_new = min(num_new, token_budget)
+            num_new = min(num_new, plan.token_budget)
             blocks = kv.allocate_slots(request, num_new, num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
@@ -208,19 +210,16 @@ class Scheduler(SchedulerUpdates):
             queue.pop_request()
             self.running.append(request)
             if request.status == RequestStatus.PREEMPTED:
-                scheduled_resumed.append(request)
+                plan.scheduled_resumed.append(request)
             else:
-                scheduled_new.append(request)
-            new_blocks_of[request.request_id] = kv.get_blocks(request.request_id)
-            num_scheduled[request.request_id] = num_new
+                plan.scheduled_new.append(request)
+            plan.schedule(request, num_new, kv.get_blocks(request.request_id))
             if pad:
-                spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
-            token_budget -= num_new
+                plan.spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
-        return token_budget
 
     def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
         """Placeholder drafts for an admitted request that needs just its last token (a resumed

@@ -1,0 +1,44 @@
+"""`StepPlan`: what one `schedule()` call has decided so far.
+
+The running phase and the admission phase both add to it; a preemption can take back what an
+earlier request of the same step was given (its tokens return to the budget). Built fresh for
+every step and dropped once the `SchedulerOutput` is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from impl.core.kv_cache_manager import KVCacheBlocks
+from impl.sched.request import Request
+
+
+@dataclass(slots=True)
+class StepPlan:
+    token_budget: int
+    scheduled_running: list[Request] = field(default_factory=list)
+    scheduled_new: list[Request] = field(default_factory=list)
+    scheduled_resumed: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    new_blocks_of: dict[str, KVCacheBlocks] = field(default_factory=dict)
+    num_scheduled: dict[str, int] = field(default_factory=dict)
+    spec_tokens: dict[str, list[int]] = field(default_factory=dict)
+
+    def schedule(self, request: Request, num_new: int, blocks: KVCacheBlocks) -> None:
+        """`request` computes `num_new` tokens this step, into `blocks` (the new ones)."""
+        self.new_blocks_of[request.request_id] = blocks
+        self.num_scheduled[request.request_id] = num_new
+        self.token_budget -= num_new
+
+    def take_back(self, request: Request) -> None:
+        """A running request scheduled earlier in this step was preempted: its tokens go back
+        to the budget and it leaves the step's output."""
+        self.scheduled_running.remove(request)
+        self.token_budget += self.num_scheduled.pop(request.request_id)
+        del self.new_blocks_of[request.request_id]
+        self.spec_tokens.pop(request.request_id, None)
+
+    @property
+    def prefill_running(self) -> bool:
+        """A running request scheduled this step continues its prefill."""
+        return any(r.is_prefill_chunk for r in self.scheduled_running)
