@@ -92,6 +92,20 @@ def _padded(name: str, max_model_len: int, max_tokens: int, async_: bool = False
     return make
 
 
+def _capped(base: str, max_model_len: int, async_: bool = False) -> Callable[[], Workload]:
+    """A bundled workload under a small max_model_len (prompts that do not fit dropped), so
+    requests stop at the length cap and, with drafts, hit the `max_model_len - 1` clamp."""
+    def make() -> Workload:
+        workload = load(base)
+        requests = tuple(r for r in workload.requests
+                         if len(r.prompt_token_ids) < max_model_len - 2)
+        return replace(workload, name=f"{base}-len-{max_model_len}" + ("-async" * async_),
+                       requests=requests,
+                       config=replace(workload.config, max_model_len=max_model_len,
+                                      async_scheduling=async_))
+    return make
+
+
 def _with_aborts(base: str) -> Callable[[], Workload]:
     """A bundled workload with every third request aborted one step after it arrives and the
     next one six steps after (waiting or running, under its policy's queue)."""
@@ -122,6 +136,9 @@ EXTRA: dict[str, Callable[[], Workload]] = {
     "spec-decode-padding-async": _padded("spec-decode-padding-async", 512, 10**6, True),
     "spec-decode-padding-len-37": _padded("spec-decode-padding-len-37", 37, 4),
     "spec-decode-padding-len-36": _padded("spec-decode-padding-len-36", 36, 3),
+    "decode-heavy-len-96": _capped("decode-heavy", 96),
+    "spec-decode-len-128": _capped("spec-decode", 128),
+    "spec-decode-len-128-async": _capped("spec-decode", 128, True),
     "priority-mix-aborts": _with_aborts("priority-mix"),
     "preemption-storm-aborts": _with_aborts("preemption-storm"),
     **{f"{name}-async": _async(name) for name in (
