@@ -72,11 +72,13 @@ def judge(mutants: Sequence[Mutant], entries: Sequence[Equivalent]) -> Verdict:
     return Verdict(tuple(mutants), accepted, summary)
 
 
-def _summary_dict(summary: Summary, target: float, minutes: float | None) -> dict[str, object]:
+def _summary_dict(summary: Summary, target: float, minutes: float | None,
+                  total_minutes: float | None) -> dict[str, object]:
     return {"total": summary.total, "killed": summary.killed, "survived": summary.survived,
             "equivalent": summary.equivalent, "not_run": summary.not_run,
             "score": round(summary.score, 2), "target": target, "passed": summary.passes(target),
-            "stale_equivalents": list(summary.stale), "minutes": minutes}
+            "stale_equivalents": list(summary.stale), "minutes": minutes,
+            "minutes_all_runs": total_minutes}
 
 
 def per_file(verdict: Verdict) -> dict[str, Counter[str]]:
@@ -86,7 +88,8 @@ def per_file(verdict: Verdict) -> dict[str, Counter[str]]:
     return table
 
 
-def to_json(verdict: Verdict, target: float, minutes: float | None) -> dict[str, object]:
+def to_json(verdict: Verdict, target: float, minutes: float | None,
+            total_minutes: float | None = None) -> dict[str, object]:
     mutants = []
     for m in verdict.mutants:
         entry = verdict.equivalent.get(m.id)
@@ -95,7 +98,7 @@ def to_json(verdict: Verdict, target: float, minutes: float | None) -> dict[str,
             "status": m.status, "outcome": verdict.outcome(m), "sha": m.sha,
             "killer": m.killer, "killed_by": m.killed_by if m.detected else None,
             "equivalent_reason": entry.reason if entry is not None else None, "diff": m.diff})
-    return {"summary": _summary_dict(verdict.summary, target, minutes),
+    return {"summary": _summary_dict(verdict.summary, target, minutes, total_minutes),
             "files": {path: dict(c) for path, c in per_file(verdict).items()},
             "killers": dict(Counter(m.killed_by for m in verdict.mutants if m.detected)
                             .most_common()),
@@ -123,7 +126,8 @@ def _where(m: Mutant) -> str:
     return f"{m.path}:{m.line if m.line is not None else '?'}"
 
 
-def to_html(verdict: Verdict, target: float, minutes: float | None) -> str:
+def to_html(verdict: Verdict, target: float, minutes: float | None,
+            total_minutes: float | None = None) -> str:
     s = verdict.summary
     esc = html.escape
     verdict_css = "ok" if s.passes(target) else "bad"
@@ -132,10 +136,13 @@ def to_html(verdict: Verdict, target: float, minutes: float | None) -> str:
            f"<p class='{verdict_css}'>score {s.score:.1f}% (target {target:g}%): "
            f"{s.killed} killed of {s.considered} non-equivalent mutants that ran</p>",
            "<table><tr><th>total</th><th>killed</th><th>survived</th><th>equivalent</th>"
-           f"<th>not run</th><th>minutes</th></tr><tr><td class=n>{s.total}</td>"
+           f"<th>not run</th><th>minutes (this run)</th><th>minutes (all runs)</th></tr>"
+           f"<tr><td class=n>{s.total}</td>"
            f"<td class=n>{s.killed}</td><td class=n>{s.survived}</td>"
            f"<td class=n>{s.equivalent}</td><td class=n>{s.not_run}</td>"
-           f"<td class=n>{'' if minutes is None else f'{minutes:.1f}'}</td></tr></table>"]
+           f"<td class=n>{'' if minutes is None else f'{minutes:.1f}'}</td>"
+           f"<td class=n>{'' if total_minutes is None else f'{total_minutes:.1f}'}</td>"
+           "</tr></table>"]
     if s.stale:
         out.append("<h2 class=bad>Stale equivalent-mutant entries</h2><ul>"
                    + "".join(f"<li><code>{esc(x)}</code></li>" for x in s.stale) + "</ul>")
@@ -168,9 +175,10 @@ def to_html(verdict: Verdict, target: float, minutes: float | None) -> str:
 
 
 def write_report(verdict: Verdict, out_dir: Path, target: float,
-                 minutes: float | None = None) -> None:
+                 minutes: float | None = None, total_minutes: float | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = to_json(verdict, target, minutes)
+    data = to_json(verdict, target, minutes, total_minutes)
     (out_dir / "mutation.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
                                            encoding="utf-8")
-    (out_dir / "index.html").write_text(to_html(verdict, target, minutes), encoding="utf-8")
+    (out_dir / "index.html").write_text(to_html(verdict, target, minutes, total_minutes),
+                                        encoding="utf-8")

@@ -33,6 +33,10 @@ ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 GRACE_S = 60.0
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = ()) -> float:
     """Run mutmut for at most `max_minutes` (then interrupt it); returns the minutes taken."""
     mutmut = shutil.which("mutmut") or str(Path(sys.executable).with_name("mutmut"))
@@ -42,7 +46,10 @@ def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = (
     command = [mutmut, "run", "--max-children", str(max_children), *mutants]
     started = time.monotonic()
     deadline = started + max_minutes * 60.0
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    # SIGINT back to its default: a background launch (`cmd &`) ignores it, and then mutmut
+    # would never see the KeyboardInterrupt that makes it stop cleanly.
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               preexec_fn=_default_sigint)
     try:
         while process.poll() is None and time.monotonic() < deadline:
             time.sleep(1.0)
@@ -77,10 +84,27 @@ def reset_survivors(mutants_dir: Path) -> int:
     return count
 
 
+RUNS_FILE = "mutation-runs.jsonl"
+
+
+def record_run(mutants_dir: Path, minutes: float) -> None:
+    """Each bounded run's length, so the report can state the time all cached verdicts took."""
+    with open(mutants_dir / RUNS_FILE, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"minutes": round(minutes, 2), "at": time.time()}) + "\n")
+
+
+def total_minutes(mutants_dir: Path) -> float | None:
+    path = mutants_dir / RUNS_FILE
+    if not path.is_file():
+        return None
+    return sum(float(json.loads(line)["minutes"])
+               for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
 def report(mutants_dir: Path, source_root: Path, equivalents: Path, out: Path, target: float,
            minutes: float | None) -> bool:
     verdict = judge(read_mutants(mutants_dir, source_root), load_equivalents(equivalents))
-    write_report(verdict, out, target, minutes)
+    write_report(verdict, out, target, minutes, total_minutes(mutants_dir))
     s = verdict.summary
     print(f"mutation: {s.total} mutants: {s.killed} killed, {s.survived} survived, "
           f"{s.equivalent} equivalent, {s.not_run} not run; score {s.score:.1f}% "
@@ -116,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.rerun_survivors:
                 print(f"mutation: {reset_survivors(args.mutants_dir)} survivors to test again")
             minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
+            record_run(args.mutants_dir, minutes)
         ok = report(args.mutants_dir, Path("."), args.equivalents, args.out, args.target,
                     minutes)
     except UserError as err:
