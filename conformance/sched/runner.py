@@ -91,13 +91,20 @@ class FakeRunner:
         return self.model.draft(rid, start, self.num_spec_tokens, planned)
 
     def take_drafts(self, output: RunnerOutput) -> list[tuple[str, list[int]]]:
-        """Sync spec decode: drafts for every request that sampled in `output` (post_step)."""
+        """Sync spec decode: drafts for every request scheduled in `output` (post_step).
+
+        A request that sampled gets real proposals. One still mid-prefill gets proposals too,
+        although a real drafter has none for it: the scheduler must drop drafts offered to a
+        prefilling request, and offering them is how the harness checks that it does."""
         drafts = []
         for rid, tokens in zip(output.req_ids, output.sampled_token_ids, strict=True):
             state = self._state.get(rid)  # None: it finished in this very step
-            if tokens and state is not None:
-                state.drafts = self._propose(rid, state)
-                drafts.append((rid, list(state.drafts)))
+            if state is None:
+                continue
+            proposal = self._propose(rid, state)
+            if tokens:
+                state.drafts = proposal
+            drafts.append((rid, list(proposal)))
         return drafts
 
     def forget(self, request_id: str) -> None:

@@ -91,6 +91,10 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("spec-decode-async", "speculative decoding under async scheduling",
                _variant("spec-decode", "spec-decode-async", "async scheduling",
                         async_scheduling=True)),
+    SuiteEntry("spec-decode-chunked", "speculative decoding with prompts in several chunks: "
+               "drafts offered mid-prefill are dropped, uniform padding beside prefills",
+               _variant("spec-decode", "spec-decode-chunked", "32-token budget, threshold 24",
+                        max_num_batched_tokens=32, long_prefill_token_threshold=24)),
     SuiteEntry("bursty", "async scheduling with bursts and aborts", _bundled("bursty")),
     SuiteEntry("multi-turn", "multi-turn conversations reusing prefixes",
                _bundled("multi-turn")),
