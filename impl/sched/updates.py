@@ -45,12 +45,14 @@ class SchedulerUpdates:
     def update_from_output(self, scheduler_output: SchedulerOutput,
                            model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
         outputs: list[EngineCoreOutput] = []
-        stopped_running: set[int] = set()
+        stopped_running: set[str] = set()  # request ids
         stopped_waiting: list[Request] = []
         sampled = model_runner_output.sampled_token_ids
         req_id_to_index = model_runner_output.req_id_to_index
         all_drafts = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
+        # `Request.is_finished()` inlined on the hot path: statuses after PREEMPTED are the
+        # finished ones (see `RequestStatus`).
         finished_after = RequestStatus.PREEMPTED
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
@@ -74,13 +76,13 @@ class SchedulerUpdates:
                 continue
             self._free_request(request)
             if status_before == RequestStatus.RUNNING:
-                stopped_running.add(id(request))
+                stopped_running.add(req_id)
             else:
                 stopped_waiting.append(request)
             outputs.append(EngineCoreOutput(req_id, new_token_ids,
                                             request.get_finished_reason(), request.stop_reason))
         if stopped_running:
-            self.running = [r for r in self.running if id(r) not in stopped_running]
+            self.running = [r for r in self.running if r.request_id not in stopped_running]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
         return outputs
@@ -110,10 +112,10 @@ class SchedulerUpdates:
         ids = (request_ids,) if isinstance(request_ids, str) else tuple(request_ids)
         valid = [r for r in (self.requests.get(i) for i in ids)
                  if r is not None and not r.is_finished()]
-        running = {id(r) for r in valid if r.status == RequestStatus.RUNNING}
+        running = {r.request_id for r in valid if r.status == RequestStatus.RUNNING}
         if running:
-            self.running = [r for r in self.running if id(r) not in running]
-        waiting = [r for r in valid if id(r) not in running]
+            self.running = [r for r in self.running if r.request_id not in running]
+        waiting = [r for r in valid if r.request_id not in running]
         if waiting:
             self.waiting.remove_requests(waiting)
             self.skipped_waiting.remove_requests(waiting)
