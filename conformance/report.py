@@ -1,7 +1,12 @@
 """Write the conformance report (JSON + a self-contained HTML page) from a pytest junit file.
 
-`python -m conformance.report JUNIT --out DIR` exits 0 only if every differential test passed,
-so the nox session's exit code is the verdict.
+`python -m conformance.report JUNIT --out DIR [--index]` exits 0 only if every differential
+test passed and every lockstep workload in `DIR/conform.json` reached its level, so the nox
+session's exit code is the verdict. `DIR` is one run's directory (`reports/conformance/<run
+id>/`, shared with `vtwin gate --run-id`), so `index.html` here links the `conform.html` of the
+same run; `--index` then repoints `latest` and rebuilds the index of runs one level up.
+Tests are grouped by area (KV core, scheduler lockstep, runner, ...) with what each group checks,
+because a flat JUnit table of 300 rows says nothing about what passing means.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import sys
 import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass
@@ -48,9 +54,66 @@ def read_junit(path: Path) -> list[CaseResult]:
     return results
 
 
+AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("KV core", ("test_kv_",), "block pool, hashing and KV-cache manager against upstream in "
+     "Hypothesis state machines, one per cache family (full, window, chunked, mamba, hybrids)"),
+    ("Scheduler lockstep", ("test_sched_", "test_generated_"),
+     "the scheduler twin and upstream's, step by step: generated workloads, the suite, "
+     "regressions, planted bugs the comparer must catch, liveness, traces"),
+    ("Mutation killers", ("test_mutation",), "workloads that kill known mutants of impl/"),
+    ("Runner and engine", ("test_runner_",),
+     "greedy tokens equal Hugging Face and upstream's engine; Triton kernel vs torch"),
+    ("Versions and hashing", ("none_hash", "test_hash"),
+     "NONE_HASH and hash functions derived like upstream 0.32.0"),
+    ("Reports and CLI", ("test_report_", "test_cli_", "test_browser_", "test_nightly"),
+     "the vtwin command line, per-run report directories, pages in a headless browser"),
+)
+
+
+def area_of(result: CaseResult) -> str:
+    """The area whose module name matches; the narrow "versions" match wins over
+    "test_sched_" (test_sched_none_hash is about hashing across versions, not scheduling)."""
+    ordered = sorted(AREAS, key=lambda area: area[0] != "Versions and hashing")
+    for name, needles, _ in ordered:
+        if any(needle in result.suite for needle in needles):
+            return name
+    return "Other"
+
+
 def render_html(results: list[CaseResult], generated: str) -> str:
     counts = {k: sum(r.outcome == k for r in results)
               for k in ("passed", "failed", "error", "skipped")}
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        groups.setdefault(area_of(r), []).append(r)
+    what = {name: text for name, _, text in AREAS}
+    sections = "".join(
+        _group(name, what.get(name, ""), groups[name])
+        for name in [*what, "Other"] if name in groups)
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>vtwin conformance</title><style>
+body{{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em}}
+table{{border-collapse:collapse;width:100%;table-layout:fixed}}
+td,th{{border:1px solid #ddd;padding:4px 8px;vertical-align:top;overflow-wrap:anywhere}}
+pre{{white-space:pre-wrap;overflow-wrap:anywhere}} th{{background:#f6f8fa;text-align:left}}
+col.o{{width:6em}} col.t{{width:5em}}
+</style></head><body>
+<h1>vtwin conformance against upstream vLLM 0.32.0</h1>
+<p>Generated {generated}. {summary}. Hypothesis profile
+<code>{html.escape(os.environ.get("HYPOTHESIS_PROFILE", "default"))}</code> (examples per
+property test: default 200, nightly 5,000, quick 25).</p>
+<p>Step-by-step lockstep results of this run's workload suite (levels reached, first
+divergences, block and queue charts): <a href="conform.html">conform.html</a>.
+All runs: <a href="../index.html">index of runs</a>.</p>
+{sections}</body></html>
+"""
+
+
+def _group(name: str, checks: str, results: list[CaseResult]) -> str:
+    bad = sum(r.outcome in ("failed", "error") for r in results)
+    passed = sum(r.outcome == "passed" for r in results)
     rows = []
     for r in results:
         color = {"passed": "#1a7f37", "skipped": "#9a6700"}.get(r.outcome, "#cf222e")
@@ -61,25 +124,21 @@ def render_html(results: list[CaseResult], generated: str) -> str:
             f"<td style='color:{color};font-weight:bold'>{r.outcome}</td>"
             f"<td>{r.seconds:.1f}s</td><td>{detail}</td></tr>"
         )
-    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
-    return f"""<!doctype html><html><head><meta charset="utf-8">
-<title>vtwin conformance</title><style>
-body{{font-family:system-ui,sans-serif;margin:2em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ddd;padding:4px 8px;vertical-align:top}} pre{{white-space:pre-wrap}}
-</style></head><body>
-<h1>vtwin conformance against upstream vLLM 0.32.0</h1>
-<p>Generated {generated}. {summary}.</p>
-<p>Step-by-step lockstep results of the default workload suite (levels reached, first
-divergences, block and queue plots): <a href="conform.html">conform.html</a>.</p>
-<table><tr><th>suite</th><th>test</th><th>outcome</th><th>time</th><th></th></tr>
-{''.join(rows)}</table></body></html>
-"""
+    state = "open" if bad else ""
+    return (f"<details {state}><summary><b>{html.escape(name)}</b>: {passed} passed, {bad} "
+            f"failed of {len(results)}. {html.escape(checks)}</summary><table><colgroup>"
+            "<col><col><col class='o'><col class='t'><col></colgroup><tr><th>module</th>"
+            f"<th>test</th><th>outcome</th><th>time</th><th></th></tr>{''.join(rows)}"
+            "</table></details>")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.report")
     parser.add_argument("junit", type=Path)
     parser.add_argument("--out", type=Path, default=Path("reports/conformance"))
+    parser.add_argument("--index", action="store_true",
+                        help="--out is a run directory: repoint latest and rebuild the index "
+                             "of runs in its parent")
     args = parser.parse_args(argv)
     try:
         results = read_junit(args.junit)
@@ -91,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "report.json").write_text(json.dumps(
         {"generated": generated, "results": [asdict(r) for r in results]}, indent=2))
     (args.out / "index.html").write_text(render_html(results, generated))
+    if args.index:
+        from conformance.sched.report import point_latest, update_runs_index
+
+        point_latest(args.out.parent, args.out)
+        update_runs_index(args.out.parent)
     failed = [r for r in results if r.outcome in ("failed", "error")]
     print(f"conformance report: {len(results)} tests, {len(failed)} failed -> "
           f"{args.out / 'index.html'}")

@@ -4,7 +4,11 @@
 [--report DIR]`` runs the twin (or ``--system``) and another system side by side on each
 workload and exits 0 only when every workload reaches the level (or its first divergence is a
 known one). ``vtwin gate`` runs the default suite the same way; CI runs it on pull requests.
-Both write ``conform.json`` and ``conform.html`` under the report directory. ``vtwin gate`` also
+Both write ``conform.json`` and ``conform.html`` into a directory of their own,
+``reports/conformance/<run id>/`` (or exactly ``--report DIR``), with upstream's logs in
+``upstream.log`` beside them; see `conformance.sched.report`. Every argument that can be
+checked without running (levels, counts, files, the known-divergences file, systems, the report
+directory) is checked before the first workload starts. ``vtwin gate`` also
 runs every ``*.jsonl`` in ``conformance/regressions/``; ``--emit-regression DIR`` writes each
 failed or errored workload there as a standalone regression file (`suite.write_regression`).
 Also runnable as ``python -m conformance.sched_cli`` before the subcommands are registered in
@@ -23,7 +27,15 @@ from conformance.errors import UserError
 from conformance.sched.compare import LEVELS, check_level
 from conformance.sched.conform import ConformRun, WorkloadOutcome, run_conform
 from conformance.sched.divergences import DEFAULT_PATH, load_known
-from conformance.sched.report import DEFAULT_REPORT_DIR, write_report
+from conformance.sched.report import (
+    DEFAULT_REPORT_DIR,
+    check_report_dir,
+    check_run_id,
+    new_run_dir,
+    point_latest,
+    update_runs_index,
+    write_report,
+)
 from conformance.sched.suite import (
     REGRESSIONS_DIR,
     gate_workloads,
@@ -61,15 +73,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", default="exact", metavar="LEVEL",
                         help=f"one of {', '.join(LEVELS)} (default exact)")
-    parser.add_argument("--json", type=Path, metavar="OUT", help="also write the JSON here")
-    parser.add_argument("--report", type=Path, default=DEFAULT_REPORT_DIR, metavar="DIR",
-                        help=f"report directory (default {DEFAULT_REPORT_DIR})")
+    parser.add_argument("--json", type=Path, metavar="OUT",
+                        help="also write the JSON here ('-' for stdout)")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="write the report exactly here (default: a new run directory "
+                             f"{DEFAULT_REPORT_DIR}/RUN_ID, with a 'latest' link and index.html)")
+    parser.add_argument("--run-id", default=None, metavar="ID",
+                        help="name of the run directory (default: UTC time and command); an "
+                             "existing run is never overwritten")
     parser.add_argument("--known", type=Path, default=DEFAULT_PATH, metavar="FILE",
                         help="known-divergences file (default conformance/divergences.toml)")
     parser.add_argument("--traces", action="store_true",
                         help="write per-step trace JSONL for both systems under DIR/traces")
     parser.add_argument("--integrity-every", type=int, default=None, metavar="N",
-                        help="check the twin's integrity every N steps (default: per workload)")
+                        help="check the twin's integrity every N steps, 0 never "
+                             "(default: per workload)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
                         help="give up on a workload after N steps (default: generous)")
     parser.add_argument("--progress-every", type=int, default=500, metavar="N",
@@ -84,31 +102,80 @@ def _conform(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    if args.regressions.exists() and not args.regressions.is_dir():
+        raise UserError(f"--regressions {args.regressions}: not a directory")
     return _run(args, list(gate_workloads(args.regressions)), "impl", "upstream")
 
 
-def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, against: str) -> int:
+def check_arguments(args: argparse.Namespace, workloads: Sequence[str]) -> str:
+    """Everything that can fail without running, checked before any work; returns the level."""
     level = check_level(args.level)
-    for flag, value in (("--integrity-every", args.integrity_every),
-                        ("--max-steps", args.max_steps), ("--progress-every",
-                                                          args.progress_every)):
-        if value is not None and value < (0 if flag == "--integrity-every" else 1):
-            raise UserError(f"{flag} must be a positive integer, got {value}")
+    for flag, value, least in (("--integrity-every", args.integrity_every, 0),
+                               ("--max-steps", args.max_steps, 1),
+                               ("--progress-every", args.progress_every, 1)):
+        if value is not None and value < least:
+            what = "a non-negative integer (0: never)" if least == 0 else "a positive integer"
+            raise UserError(f"{flag} must be {what}, got {value}")
+    for name in workloads:
+        path = Path(name)
+        if path.is_dir():
+            files = sorted(path.glob("*.jsonl"))
+            hint = (f"pass its files: --workload {files[0]} ..." if files
+                    else "it holds no *.jsonl workload files")
+            raise UserError(f"--workload {name}: is a directory, not a workload file; {hint}")
+    if args.json is not None and str(args.json) != "-" and args.json.is_dir():
+        raise UserError(f"--json {args.json}: is a directory; give a file name or '-' for "
+                        "stdout")
+    if args.run_id is not None:
+        if args.report is not None:
+            raise UserError("--run-id names a run directory under the default root; it does "
+                            "not combine with --report DIR")
+        check_run_id(args.run_id)
+    return level
+
+
+def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, against: str) -> int:
+    level = check_arguments(args, workloads)
     known = load_known(args.known)
+    command = args.command or "conform"
+    if args.report is not None:
+        note = check_report_dir(args.report)
+        if note is not None:
+            print(f"vtwin {command}: {note}", file=sys.stderr)
+        report_dir, root = args.report, None
+    else:
+        root = DEFAULT_REPORT_DIR
+        report_dir = new_run_dir(root, command, args.run_id)
+    log_path = report_dir / "upstream.log"
     run = run_conform(
         workloads, system=system, against=against, level=level, known=known,
-        trace_dir=args.report / "traces" if args.traces else None,
+        trace_dir=report_dir / "traces" if args.traces else None,
         integrity_every=args.integrity_every, max_steps=args.max_steps,
-        progress_every=args.progress_every,
+        progress_every=args.progress_every, log_path=log_path,
     )
-    page = write_report(run, args.report, args.json)
+    page = write_report(run, report_dir, args.json,
+                        meta={"command": command, "run_id": report_dir.name})
+    if root is not None:
+        point_latest(root, report_dir)
+        update_runs_index(root)
     if args.emit_regression is not None:
         for outcome in run.outcomes:
             path = emit_regression(outcome, args.emit_regression)
             if path is not None:
                 print(f"vtwin conform: wrote regression {path}", file=sys.stderr)
+    if run.log_counts:
+        print(_log_line(run, log_path), file=sys.stderr)
     print(_summary(run, page), file=sys.stderr)
     return 0 if run.ok else 1
+
+
+def _log_line(run: ConformRun, log_path: Path) -> str:
+    """One line for everything upstream said: counts by level and where the full text is."""
+    counts = run.log_counts
+    if not counts:
+        return ""
+    text = ", ".join(f"{n} {level}" for level, n in sorted(counts.items()))
+    return f"vtwin conform: upstream logs: {text} -> {log_path}"
 
 
 def emit_regression(outcome: WorkloadOutcome, directory: Path) -> Path | None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
+from vtwin.errors import UserError
 from workloads.generators import FAMILIES, generate
 from workloads.loader import load_file
 from workloads.registry import BUNDLED, load
@@ -31,12 +34,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     lister = commands.add_parser("list", help="list bundled workloads and generator families")
     lister.set_defaults(handler=_list)
 
-    show = commands.add_parser("show", help="summarize a bundled workload or a workload file")
+    show = commands.add_parser(
+        "show", help="summarize a bundled workload, a gate suite entry or a workload file")
     show.add_argument("workload", metavar="NAME|FILE")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.set_defaults(handler=_show)
 
-    check = commands.add_parser("validate", help="check workload files, print one line each")
+    check = commands.add_parser(
+        "validate", help="check workload files, one line each; exit 2 if any is bad")
     check.add_argument("files", metavar="FILE", nargs="+")
     check.set_defaults(handler=_validate)
 
@@ -102,8 +107,33 @@ def _list(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolve(name: str) -> Any:
+    """A bundled workload or file, else an entry of `vtwin gate`'s suite (imported lazily:
+    `workloads` does not depend on the conformance harness, only this command looks there)."""
+    _not_a_directory(name)
+    try:
+        return load(name)
+    except UserError:
+        try:
+            from conformance.sched.suite import SUITE
+        except ImportError:
+            raise
+        entry = SUITE.get(name)
+        if entry is None:
+            raise
+        return entry.make()
+
+
+def _not_a_directory(name: str) -> None:
+    path = Path(name)
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        hint = f"e.g. {files[0]}" if files else "it holds no *.jsonl files"
+        raise UserError(f"{name}: is a directory, not a workload file ({hint})")
+
+
 def _show(args: argparse.Namespace) -> int:
-    summary = summarize(load(args.workload))
+    summary = summarize(_resolve(args.workload))
     if args.json:
         print(json.dumps(summary.to_dict(), sort_keys=True, indent=2))
     else:
@@ -112,10 +142,21 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Every file is checked, so one run lists every bad file, not only the first."""
+    bad = 0
     for path in args.files:
-        workload = load_file(path)
+        try:
+            _not_a_directory(path)
+            workload = load_file(path)
+        except UserError as err:
+            bad += 1
+            print(f"bad: {err}", file=sys.stderr)
+            continue
         print(f"ok: {path}: {workload.name}, {len(workload.requests)} requests")
-    return 0
+    if bad:
+        print(f"vtwin: error: {bad} of {len(args.files)} workload files are bad",
+              file=sys.stderr)
+    return 2 if bad else 0
 
 
 def _wrote(path: str, details: dict[str, Any]) -> None:

@@ -7,25 +7,39 @@ alone or differently). Both sides stalling identically (same step, reason and qu
 request the pool can never hold, on which upstream hangs too) is agreement: the verdict stays
 `passed` at the levels reached so far and the outcome carries a `stalled` note. The run
 is ok when every workload passed or is known and no known-divergence entry went stale.
-Progress goes to stderr, one line per workload and one every `progress_every` steps.
+
+Progress goes to stderr: a tqdm bar (workloads done, the current one's step) on a terminal,
+else one line per workload and one every `progress_every` steps, which is what a CI log wants.
+Upstream vLLM's start-up (importing torch and vllm, ~15 s) happens once, before the first
+workload, under a line saying so, and is reported apart so the first workload's time is its own.
+Upstream's log records and Python warnings go to a log file (`upstream_log`) and the console
+gets one line counting them, instead of half a screen of block-size and Triton notes.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+import importlib
+import logging
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+from tqdm import tqdm
 
 from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
-from conformance.sched.lockstep import LockstepResult, run_lockstep
-from conformance.sched.suite import resolve_workload
-from conformance.sched.system import resolve_system
+from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
+from conformance.sched.suite import SUITE, resolve_workload
+from conformance.sched.system import NEEDS_VLLM, resolve_system
 from workloads.model import Workload
 
 VERDICTS = ("passed", "known", "failed", "error")
+UPSTREAM_LOGGERS = ("vllm", "torch", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +53,10 @@ class WorkloadOutcome:
     waiver: KnownDivergence | None
     source: Workload | None = field(default=None, compare=False, repr=False)
     """The workload itself, for `--emit-regression` (None when built by hand)."""
+    covers: str = ""
+    """What a suite entry is there to cover (its own words, not its base workload's)."""
+    traces: tuple[str, ...] = ()
+    """Trace files, relative to the report directory (empty without `--traces`)."""
 
     @property
     def divergence(self) -> Divergence | None:
@@ -59,6 +77,10 @@ class ConformRun:
     level: str
     outcomes: tuple[WorkloadOutcome, ...]
     stale: tuple[KnownDivergence, ...]
+    startup_seconds: float = 0.0
+    """Time spent starting upstream vLLM before the first workload (0: not needed)."""
+    log_counts: dict[str, int] = field(default_factory=dict)
+    """Upstream log records and warnings by level, as written to the log file."""
 
     @property
     def ok(self) -> bool:
@@ -76,6 +98,73 @@ def judge(result: LockstepResult, level: str,
     return ("known", waiver) if waiver is not None else ("failed", None)
 
 
+class _Counting(logging.Handler):
+    def __init__(self, counts: Counter[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.counts = counts
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[record.levelname.lower()] += 1
+
+
+@contextmanager
+def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
+    """Send the loggers of vllm / torch / triton and all Python warnings to `path` (None: leave
+    them alone) and count them. vLLM's own console handler is switched off through
+    VLLM_CONFIGURE_LOGGING when vllm is not imported yet, and detached for the duration when it
+    is (a test process that imported it earlier); everything is put back afterwards."""
+    import os
+
+    counts: Counter[str] = Counter()
+    if path is None:
+        yield counts
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    to_file = logging.FileHandler(path, encoding="utf-8", delay=True)
+    to_file.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handlers: list[logging.Handler] = [to_file, _Counting(counts)]
+    saved: list[tuple[logging.Logger, list[logging.Handler], bool, int]] = []
+    for name in UPSTREAM_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, list(logger.handlers), logger.propagate, logger.level))
+        logger.handlers = list(handlers)
+        logger.propagate = False
+        if logger.level == logging.NOTSET:
+            logger.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
+
+    def to_log(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+               file: Any = None, line: str | None = None) -> None:
+        counts["warning"] += 1
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.showwarning = to_log
+        try:
+            yield counts
+        finally:
+            for logger, old, propagate, level in saved:
+                logger.handlers, logger.propagate = old, propagate
+                logger.setLevel(level)
+            to_file.close()
+
+
+def start_upstream(names: Sequence[str], out: TextIO) -> float:
+    """Import upstream vLLM now, under a line saying so, if any named system needs it; returns
+    the seconds it took (0.0 when none does)."""
+    if not any(name in NEEDS_VLLM for name in names):
+        return 0.0
+    print("vtwin conform: starting upstream vLLM (importing torch and vllm, ~15 s) ...",
+          file=out, flush=True)
+    started = time.monotonic()
+    importlib.import_module("conformance.sched.upstream_system")
+    importlib.import_module("vllm.v1.core.sched.scheduler")
+    seconds = time.monotonic() - started
+    print(f"vtwin conform: upstream vLLM ready in {seconds:.1f}s", file=out, flush=True)
+    return seconds
+
+
 def run_conform(
     workload_names: Sequence[str],
     *,
@@ -88,37 +177,79 @@ def run_conform(
     max_steps: int | None = None,
     progress_every: int = 500,
     stream: TextIO | None = None,
+    log_path: Path | None = None,
 ) -> ConformRun:
     """Run every workload (suite names, bundled names or files) and judge it at `level`."""
+    import sys
+
     out = sys.stderr if stream is None else stream
     check_level(level)
     left, right = resolve_system(system), resolve_system(against)
     resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
-    outcomes: list[WorkloadOutcome] = []
-    total = len(resolved)
-    left_name, right_name = system, against
-    for index, (workload, every) in enumerate(resolved, 1):
-        print(f"vtwin conform: [{index}/{total}] {workload.name}: "
-              f"{len(workload.requests)} requests ...", file=out, flush=True)
-        result = run_lockstep(
-            workload, left, right, trace_dir=trace_dir, max_steps=max_steps,
-            integrity_every=every if integrity_every is None else integrity_every,
-            progress_every=progress_every,
-            progress=lambda name, step: print(f"vtwin conform:     {name}: step {step}",
-                                              file=out, flush=True),
-        )
-        left_name, right_name = result.left, result.right
-        verdict, waiver = judge(result, level, known)
-        outcomes.append(WorkloadOutcome(workload.name, workload.description,
-                                        len(workload.requests), level, verdict, result, waiver,
-                                        workload))
-        print(f"vtwin conform: [{index}/{total}] {_line(outcomes[-1])}", file=out, flush=True)
+    with upstream_logs(log_path) as counts:
+        startup = start_upstream((system, against), out)
+        outcomes = _run_all(resolved, left, right, level, known, trace_dir, integrity_every,
+                            max_steps, progress_every, out)
+    left_name = outcomes[-1].result.left if outcomes else system
+    right_name = outcomes[-1].result.right if outcomes else against
     used = [o.waiver for o in outcomes if o.waiver is not None]
     stale = stale_entries(known, level, [o.workload for o in outcomes], used)
     for entry in stale:
         print(f"vtwin conform: stale known divergence {entry.id!r} (level {entry.level}): "
               "it matched nothing; delete it", file=out, flush=True)
-    return ConformRun(left_name, right_name, level, tuple(outcomes), tuple(stale))
+    return ConformRun(left_name, right_name, level, tuple(outcomes), tuple(stale), startup,
+                      dict(counts))
+
+
+def _run_all(resolved: list[tuple[Workload, int]], left: Any, right: Any, level: str,
+             known: Sequence[KnownDivergence], trace_dir: Path | None,
+             integrity_every: int | None, max_steps: int | None, progress_every: int,
+             out: TextIO) -> list[WorkloadOutcome]:
+    """The workloads in order, with a tqdm bar on a terminal and plain lines elsewhere."""
+    total = len(resolved)
+    bar = tqdm(total=total, unit="workload", file=out, disable=not _is_tty(out),
+               dynamic_ncols=True, leave=False)
+
+    def say(text: str) -> None:
+        if bar.disable:
+            print(f"vtwin conform: {text}", file=out, flush=True)
+        else:
+            bar.write(f"vtwin conform: {text}", file=out)
+
+    def progress(name: str, step: int) -> None:
+        if bar.disable:
+            print(f"vtwin conform:     {name}: step {step}", file=out, flush=True)
+        else:
+            bar.set_postfix_str(f"{name}: step {step}")
+
+    outcomes: list[WorkloadOutcome] = []
+    for index, (workload, every) in enumerate(resolved, 1):
+        if bar.disable:
+            say(f"[{index}/{total}] {workload.name}: {len(workload.requests)} requests ...")
+        bar.set_description(workload.name)
+        result = run_lockstep(
+            workload, left, right, trace_dir=trace_dir, max_steps=max_steps,
+            integrity_every=every if integrity_every is None else integrity_every,
+            progress_every=progress_every if bar.disable else min(progress_every, 50),
+            progress=progress,
+        )
+        verdict, waiver = judge(result, level, known)
+        entry = SUITE.get(workload.name)
+        traces = () if trace_dir is None else tuple(
+            f"{trace_dir.name}/{trace_name(workload.name, side, name)}"
+            for side, name in (("left", result.left), ("right", result.right)))
+        outcomes.append(WorkloadOutcome(workload.name, workload.description,
+                                        len(workload.requests), level, verdict, result, waiver,
+                                        workload, entry.covers if entry else "", traces))
+        say(f"[{index}/{total}] {_line(outcomes[-1])}")
+        bar.update(1)
+    bar.close()
+    return outcomes
+
+
+def _is_tty(out: TextIO) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty()) if callable(isatty) else False
 
 
 def _line(outcome: WorkloadOutcome) -> str:

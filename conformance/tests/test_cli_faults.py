@@ -1,0 +1,100 @@
+"""The small CLI faults a new user hit, each pinned: `--version`, `-` as stdout, directories
+passed as workloads, `workloads validate` reporting every bad file, gate names in
+`workloads show`, `--integrity-every 0`, and argument errors raised before any work starts.
+Runs the twin against itself: no upstream vLLM needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance import cli, sched_cli
+from conformance.sched_cli import main
+from workloads import dump, load
+
+IMPL = ["--system", "impl", "--against", "impl"]
+
+
+def test_version_names_vtwin_and_the_oracle(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("vtwin 0.") and "upstream oracle:" in out
+
+
+def test_json_dash_writes_to_stdout_not_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["conform", "--workload", "decode-heavy", *IMPL, "--report", "out",
+                 "--json", "-"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert not (tmp_path / "-").exists()
+    assert json.loads(captured.out)["workloads"][0]["workload"] == "decode-heavy"
+
+
+def test_a_directory_as_workload_says_so(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    dump(load("decode-heavy"), tmp_path / "a.jsonl")
+    code = main(["conform", "--workload", str(tmp_path), *IMPL, "--report", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a directory, not a workload file" in err and "a.jsonl" in err
+    assert cli.main(["workloads", "validate", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_validate_reports_every_bad_file(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.jsonl"
+    dump(load("decode-heavy"), good)
+    bad1, bad2 = tmp_path / "bad1.jsonl", tmp_path / "bad2.jsonl"
+    bad1.write_text("{not json\n")
+    bad2.write_text("[]\n")
+    code = cli.main(["workloads", "validate", str(bad1), str(good), str(bad2)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert f"ok: {good}" in captured.out
+    assert str(bad1) in captured.err and str(bad2) in captured.err
+    assert "2 of 3 workload files are bad" in captured.err
+
+
+def test_workloads_show_knows_gate_suite_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["workloads", "show", "hybrid-mamba", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "hybrid-mamba"
+
+
+def test_integrity_every_zero_is_accepted_and_negative_says_non_negative(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "--workload", "decode-heavy", *IMPL, "--report", str(tmp_path),
+                 "--integrity-every", "0"]) == 0
+    capsys.readouterr()
+    code = main(["conform", "--workload", "decode-heavy", *IMPL, "--report", str(tmp_path),
+                 "--integrity-every", "-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "must be a non-negative integer (0: never), got -1" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--report", "{file}"], "not a directory"),
+    (["--json", "{dir}"], "is a directory; give a file name or '-'"),
+    (["--run-id", "../up"], "--run-id: letters, digits"),
+    (["--run-id", "x", "--report", "{dir}"], "does not combine with --report"),
+])
+def test_argument_errors_come_before_any_work(
+        args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    monkeypatch.chdir(tmp_path)
+
+    def must_not_run(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a workload ran before the arguments were checked")
+
+    monkeypatch.setattr(sched_cli, "run_conform", must_not_run)
+    filled = [a.format(file=a_file, dir=tmp_path) for a in args]
+    code = main(["conform", "--workload", "decode-heavy", *IMPL, *filled])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
