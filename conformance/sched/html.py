@@ -1,27 +1,40 @@
-"""The conformance report as one self-contained HTML page (inline CSS and SVG, no scripts).
+"""The conformance report as one self-contained HTML page (inline CSS, plotly.js embedded once).
 
 Per workload: the verdict at the requested level, the level reached, the steps compared, the
-first divergence as a side-by-side diff of the two step records (with the records before it
-folded away), and plots over steps of active / cached / empty blocks and of queue depths, the
-left system drawn solid and the right one dashed (identical runs draw one line). A stalled run
-shows "stalled at step N" beside its verdict and a table of both systems' queues and blocks.
+engine config, what the workload is there to cover, and for a divergence the view of
+`html_divergence` (id to paste, distinct diffs, records before it, block timeline, traces).
+Charts (`html_charts`) show active / cached / empty blocks and queue depths over steps for both
+systems, with a marker at the divergence. A stalled run shows "stalled at step N" beside its
+verdict and a table of both systems' queues and blocks. The page is laid out for 1280 px and
+narrower: wide content (diffs, block tables) scrolls inside its own box, never the page.
+Times are per workload; upstream's start-up is shown once in the header, not charged to the
+first workload.
 """
 
 from __future__ import annotations
 
-import difflib
 import html
-import json
 from typing import Any
+
+from conformance.sched.html_charts import chart, page_script
+from conformance.sched.html_divergence import render_config, render_divergences, render_traces
 
 _COLORS = {"passed": "#1a7f37", "known": "#9a6700", "failed": "#cf222e", "error": "#cf222e"}
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#1f2328}
+*{box-sizing:border-box}
+body{font-family:system-ui,sans-serif;margin:0 auto;padding:1.5em;max-width:1240px;
+color:#1f2328}
 table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #d0d7de;padding:3px 8px;vertical-align:top;text-align:left}
-pre{white-space:pre-wrap;margin:0}
+th{background:#f6f8fa}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}
 .badge{font-weight:bold}
 section{border-top:2px solid #d0d7de;margin-top:2em;padding-top:.5em}
+.scroll{overflow-x:auto;max-width:100%}
+.note{color:#57606a;font-size:90%}
+.paste{background:#fff8c5;border:1px solid #d4a72c;padding:.5em 1em;margin:.5em 0}
+.divergence-id{font-size:110%;font-weight:bold}
+.same{color:#57606a}
 table.diff{font-family:ui-monospace,monospace;font-size:12px}
 table.diff td{border:none;padding:0 4px;white-space:pre-wrap;word-break:break-all}
 .diff_header{background:#f6f8fa;color:#57606a}
@@ -29,75 +42,105 @@ table.diff td{border:none;padding:0 4px;white-space:pre-wrap;word-break:break-al
 .diff_add{background:#dafbe1}
 .diff_chg{background:#fff8c5}
 .diff_sub{background:#ffebe9}
-svg text{font-size:11px;fill:#57606a}
+table.blocks td.changed{outline:2px solid #cf222e;outline-offset:-2px}
+table.blocks tr.fact td,table.blocks tr.fact th{background:#f6f8fa;font-size:90%}
+table.config th{font-weight:normal;color:#57606a}
+.chart{width:100%;min-height:300px}
+.grid{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em}
+@media (max-width:900px){.grid{grid-template-columns:minmax(0,1fr)}}
 """
+_COPY = ("document.querySelectorAll('button.copy').forEach(function(b){b.onclick=function(){"
+         "if(navigator.clipboard){navigator.clipboard.writeText(b.dataset.copy);}"
+         "b.textContent='copied';};});")
 
 
 def render(report: dict[str, Any]) -> str:
     rows = []
     for w in report["workloads"]:
         color = _COLORS.get(w["verdict"], "#57606a")
+        decisive = _decisive(w)
+        where = "-" if decisive is None else (
+            f"step {decisive['step']}, <code>{_e(decisive['field'])}</code>")
         rows.append(
             f"<tr><td><a href='#{_anchor(w['workload'])}'>{_e(w['workload'])}</a></td>"
             f"<td class='badge' style='color:{color}'>{w['verdict']}{_stall_badge(w)}</td>"
             f"<td>{_e(w['level_reached'] or 'none')}</td><td>{w['steps']}</td>"
-            f"<td>{w['seconds']:.1f}s</td></tr>")
+            f"<td>{where}</td><td>{w['seconds']:.1f}s</td></tr>")
     stale = "".join(f"<li><code>{_e(k['id'])}</code> ({k['level']}): {_e(k['reason'])}</li>"
                     for k in report["stale_known_divergences"])
     stale_html = (f"<p style='color:#cf222e'>Stale known divergences (matched nothing):</p>"
                   f"<ul>{stale}</ul>" if stale else "")
     verdict = "ok" if report["ok"] else "FAILED"
+    startup = report.get("startup_seconds") or 0
+    startup_html = (f" Upstream start-up (importing torch and vllm): {startup:.1f}s, not "
+                    "counted in any workload's time." if startup else "")
+    run = report.get("run_id")
+    run_html = (f" Run <code>{_e(run)}</code> (<a href='../index.html'>all runs</a>)."
+                if run else "")
     sections = "".join(_workload(w, report) for w in report["workloads"])
-    return f"""<!doctype html><html><head><meta charset="utf-8">
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>vtwin conform: {_e(report['left'])} vs {_e(report['right'])}</title>
 <style>{_STYLE}</style></head><body>
 <h1>vtwin conform: {_e(report['left'])} vs {_e(report['right'])}</h1>
-<p>Level <b>{_e(report['level'])}</b>; verdict <b>{verdict}</b>;
-generated {_e(report['generated'])}. Levels: <i>exact</i> (every field),
-<i>renamed</i> (block ids up to one bijection), <i>schedule</i> (token counts,
+<p>Level <b>{_e(report['level'])}</b>; verdict <b class='verdict'>{verdict}</b>;
+generated {_e(report['generated'])}.{run_html}{startup_html} Levels: <i>exact</i> (every
+field), <i>renamed</i> (block ids up to one bijection), <i>schedule</i> (token counts,
 preemptions, finishes).</p>
 {stale_html}
-<table><tr><th>workload</th><th>verdict</th><th>level reached</th><th>steps</th><th>time</th></tr>
+<table><tr><th>workload</th><th>verdict</th><th>level reached</th><th>steps</th>
+<th>first divergence</th><th>time</th></tr>
 {''.join(rows)}</table>
 {sections}
+{page_script()}<script>{_COPY}</script>
 </body></html>
 """
 
 
+def _decisive(w: dict[str, Any]) -> dict[str, Any] | None:
+    """The divergence that decided the verdict, else the first one found at any level."""
+    divergences = w["divergences"]
+    return next((d for d in divergences if d["level"] == w["level"]),
+                divergences[0] if divergences else None)
+
+
 def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
     color = _COLORS.get(w["verdict"], "#57606a")
+    left, right = report["left"], report["right"]
+    covers = w.get("covers")
+    about = (f"<p><b>Covers:</b> {_e(covers)}.</p><p class='note'>Built from: "
+             f"{_e(w['description'])}</p>" if covers else f"<p>{_e(w['description'])}</p>")
     parts = [
-        f"<section id='{_anchor(w['workload'])}'><h2>{_e(w['workload'])} "
+        f"<section id='{_anchor(w['workload'])}' class='workload' "
+        f"data-verdict='{_e(w['verdict'])}'><h2>{_e(w['workload'])} "
         f"<span class='badge' style='color:{color}'>{w['verdict']}{_stall_badge(w)}</span>"
-        "</h2>",
-        f"<p>{_e(w['description'])}</p>",
-        "<table>"
+        "</h2>", about,
+        "<div class='grid'><div><table>"
         f"<tr><th>requests</th><td>{w['requests']}</td></tr>"
         f"<tr><th>steps compared</th><td>{w['steps']}</td></tr>"
         f"<tr><th>level reached</th><td>{_e(w['level_reached'] or 'none')}</td></tr>"
-        f"<tr><th>time</th><td>{w['seconds']:.1f}s</td></tr></table>",
+        f"<tr><th>time</th><td>{w['seconds']:.1f}s</td></tr></table>{render_traces(w)}"
+        f"</div><div>{render_config(w.get('config'))}</div></div>",
     ]
-    if w["known"] is not None:
-        parts.append(f"<p>Known divergence <code>{_e(w['known']['id'])}</code>: "
-                     f"{_e(w['known']['reason'])}</p>")
     if w["error"] and not w.get("stall"):  # a stall's error is its stall line, below
         parts.append(f"<p style='color:#cf222e'>{_e(w['error'])}</p>"
                      f"<details><summary>traceback</summary><pre>{_e(w['error_detail'] or '')}"
                      "</pre></details>")
     if w.get("stall"):
         parts.append(_stall(w))
-    for d in w["divergences"]:
-        parts.append(_divergence(d, report["left"], report["right"]))
-    left, right = w["series"]["left"], w["series"]["right"]
-    parts.append(line_chart("KV-cache blocks", [
-        ("active", "#cf222e", left["active"], right["active"]),
-        ("cached", "#0969da", left["cached"], right["cached"]),
-        ("empty", "#1a7f37", left["empty"], right["empty"]),
-    ], report["left"], report["right"]))
-    parts.append(line_chart("queue depth", [
-        ("running", "#8250df", left["running"], right["running"]),
-        ("waiting", "#bf8700", left["waiting"], right["waiting"]),
-    ], report["left"], report["right"]))
+    parts.append(render_divergences(w, left, right))
+    decisive = _decisive(w)
+    marker = None if decisive is None else (
+        decisive["step"], f"divergence ({decisive['level']}) at step {decisive['step']}")
+    s_left, s_right = w["series"]["left"], w["series"]["right"]
+    parts.append("<div class='grid'>" + chart("KV-cache blocks", [
+        ("active", "#cf222e", s_left["active"], s_right["active"]),
+        ("cached", "#0969da", s_left["cached"], s_right["cached"]),
+        ("empty", "#1a7f37", s_left["empty"], s_right["empty"]),
+    ], left, right, marker) + chart("queue depth", [
+        ("running", "#8250df", s_left["running"], s_right["running"]),
+        ("waiting", "#bf8700", s_left["waiting"], s_right["waiting"]),
+    ], left, right, marker) + "</div>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -123,79 +166,9 @@ def _stall(w: dict[str, Any]) -> str:
             f"<td>{_e(', '.join(x['running']) or '-')}</td>"
             f"<td>{_e(', '.join(x['waiting']) or '-')}</td>"
             f"<td>{b['active']} / {b['cached']} / {b['empty']}</td></tr>")
-    return (f"<p style='color:{color}'>{_e(w.get('stalled') or '')}</p><table><tr><th></th>"
-            "<th>stall</th><th>running</th><th>waiting</th><th>active / cached / empty</th></tr>"
-            f"{''.join(rows)}</table>")
-
-
-def _divergence(d: dict[str, Any], left: str, right: str) -> str:
-    head = (f"<h3>First divergence at level {_e(d['level'])}: step {d['step']}, "
-            f"field <code>{_e(d['field'])}</code></h3>"
-            f"<table><tr><th></th><th>{_e(left)}</th><th>{_e(right)}</th></tr>"
-            f"<tr><th>value</th><td><pre>{_e(_j(d['left']))}</pre></td>"
-            f"<td><pre>{_e(_j(d['right']))}</pre></td></tr></table>"
-            f"<p>Requests involved: {_e(', '.join(d['requests']) or '-')}</p>")
-    diff = _side_by_side(d["left_record"], d["right_record"], left, right)
-    preceding = "".join(
-        f"<details><summary>step {p['left'].get('step')}</summary>"
-        f"{_side_by_side(p['left'], p['right'], left, right)}</details>"
-        for p in d["preceding"])
-    if preceding:
-        preceding = f"<p>Preceding records:</p>{preceding}"
-    return f"{head}<p>The two records at step {d['step']}:</p>{diff}{preceding}"
-
-
-def _side_by_side(a: dict[str, Any] | None, b: dict[str, Any] | None, left: str,
-                  right: str) -> str:
-    a_lines = _j(a).splitlines() if a is not None else ["(ended)"]
-    b_lines = _j(b).splitlines() if b is not None else ["(ended)"]
-    return difflib.HtmlDiff(wrapcolumn=70).make_table(
-        a_lines, b_lines, fromdesc=html.escape(left), todesc=html.escape(right),
-        context=True, numlines=4)
-
-
-def line_chart(title: str, lines: list[tuple[str, str, list[int], list[int]]],
-               left: str, right: str, width: int = 760, height: int = 200) -> str:
-    """Inline SVG: one colored line per series, left system solid, right dashed."""
-    pad_l, pad_r, pad_t, pad_b = 48, 12, 22, 22
-    steps = max((len(v) for _, _, a, b in lines for v in (a, b)), default=0)
-    top = max((max(v, default=0) for _, _, a, b in lines for v in (a, b)), default=0) or 1
-    plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
-
-    def points(values: list[int]) -> str:
-        if not values:
-            return ""
-        stride = max(1, len(values) // plot_w)
-        coords = []
-        for i in range(0, len(values), stride):
-            x = pad_l + (i / max(steps - 1, 1)) * plot_w
-            y = pad_t + plot_h - values[i] / top * plot_h
-            coords.append(f"{x:.1f},{y:.1f}")
-        return " ".join(coords)
-
-    body = [f"<rect x='{pad_l}' y='{pad_t}' width='{plot_w}' height='{plot_h}' "
-            "fill='none' stroke='#d0d7de'/>",
-            f"<text x='4' y='{pad_t + 8}'>{top}</text>",
-            f"<text x='4' y='{pad_t + plot_h}'>0</text>",
-            f"<text x='{pad_l}' y='{height - 6}'>step 0</text>",
-            f"<text x='{width - pad_r - 70}' y='{height - 6}'>step {max(steps - 1, 0)}</text>",
-            f"<text x='{pad_l}' y='14' style='font-weight:bold'>{_e(title)}</text>"]
-    legend_x = pad_l + 120
-    for label, color, a, b in lines:
-        body.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' "
-                    f"points='{points(a)}'/>")
-        body.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' "
-                    f"stroke-dasharray='5 3' points='{points(b)}'/>")
-        body.append(f"<text x='{legend_x}' y='14' style='fill:{color}'>{_e(label)}</text>")
-        legend_x += 70
-    body.append(f"<text x='{legend_x + 10}' y='14'>solid: {_e(left)}, dashed: {_e(right)}"
-                "</text>")
-    return (f"<div><svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"viewBox='0 0 {width} {height}'>{''.join(body)}</svg></div>")
-
-
-def _j(value: Any) -> str:
-    return json.dumps(value, indent=1)
+    return (f"<p style='color:{color}'>{_e(w.get('stalled') or '')}</p><div class='scroll'>"
+            "<table><tr><th></th><th>stall</th><th>running</th><th>waiting</th>"
+            f"<th>active / cached / empty</th></tr>{''.join(rows)}</table></div>")
 
 
 def _e(text: object) -> str:

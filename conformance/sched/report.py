@@ -31,6 +31,7 @@ from conformance.errors import UserError
 from conformance.sched.conform import ConformRun, WorkloadOutcome
 from conformance.sched.html import render
 from conformance.sched.html_runs import render_runs
+from conformance.sched.html_timeline import timeline_json
 from conformance.sched.liveness import state_json
 from conformance.sched.lockstep import LockstepResult, Series
 
@@ -120,6 +121,8 @@ def write_report(run: ConformRun, out_dir: Path, json_path: Path | None = None,
     """Write conform.json and conform.html under `out_dir` (and the JSON to `json_path` too,
     ``-`` for stdout). Returns the HTML page's path."""
     data = report_json(run, meta=meta)
+    for workload in data["workloads"]:
+        workload["timeline"] = timeline_json(out_dir, workload)
     text = json.dumps(data, indent=1)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,85 @@
+"""The conformance page a reviewer acts on: engine config, the divergence id with a ready
+entry, one diff per distinct divergence, the records before it in full, a block timeline, a
+marker at the divergence step on every chart, trace links, and plotly.js embedded once.
+The twin runs against a planted variant of itself: no upstream vLLM needed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.sched.html_charts import plotly_js
+from conformance.sched_cli import main
+from conformance.tests.test_sched_planted import FREE_ORDER
+from workloads import dump
+
+VARIANT = "conformance.tests.test_sched_planted:ForwardFreeImpl"
+
+
+def failing_report(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
+    path = tmp_path / "free-order.jsonl"
+    dump(FREE_ORDER, path)
+    out = tmp_path / "report"
+    code = main(["conform", "--workload", str(path), "--system", VARIANT, "--against", "impl",
+                 "--report", str(out), *extra])
+    assert code == 1
+    return (out / "conform.html").read_text(), json.loads((out / "conform.json").read_text())
+
+
+def test_the_failing_page_shows_what_to_act_on(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    page, data = failing_report(tmp_path, "--traces")
+    capsys.readouterr()
+    assert "<code class='divergence-id'>planted:new_block_ids</code>" in page
+    assert 'id = &quot;planted:new_block_ids&quot;' in page  # the entry to paste
+    assert "Engine config" in page and "<th>max_num_seqs</th><td><code>4</code>" in page
+    # exact and renamed break on the same records: one diff, the other level says so.
+    assert page.count("<table class=\"diff\"") == 1
+    assert "At level <b>renamed</b>: the same step 2 and records as level exact" in page
+    # The records before it are shown in full, not as "No Differences Found".
+    assert "No Differences Found" not in page and "step 1: identical on both systems" in page
+    # Every chart carries the marker at the divergence step.
+    assert page.count("class='chart'") == 2 and page.count("data-marker-step='2'") == 2
+    # Block timeline from the traces, and links to them.
+    [w] = data["workloads"]
+    assert w["timeline"]["sides"][0]["source"] == "trace"
+    assert "Block timeline up to step 2" in page and "class='changed'" in page
+    assert "href='traces/planted.left-impl-forward-free.trace.jsonl'" in page
+
+
+def test_without_traces_the_timeline_uses_the_records(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    page, data = failing_report(tmp_path)
+    capsys.readouterr()
+    [w] = data["workloads"]
+    assert w["timeline"]["sides"][1]["source"] == "records"
+    assert "run with --traces for whole tables" in page and "No traces for this run" in page
+
+
+def test_plotly_js_is_embedded_exactly_once(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    js = plotly_js()
+    if not js:
+        pytest.skip("the plotly package is not installed (pip install plotly)")
+    out = tmp_path / "r"
+    assert main(["conform", "--workload", "decode-heavy", "--workload", "spec-decode",
+                 "--system", "impl", "--against", "impl", "--report", str(out)]) == 0
+    capsys.readouterr()
+    page = (out / "conform.html").read_text()
+    assert page.count(js[:200]) == 1 and page.count("class='chart'") == 4
+    assert not re.search(r"<script[^>]+src=", page)
+    print(f"report size with 2 workloads: {len(page) / 1e6:.2f} MB")
+
+
+def test_suite_entries_show_what_they_cover_not_their_base(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r"
+    assert main(["conform", "--workload", "hybrid-mamba", "--system", "impl",
+                 "--against", "impl", "--report", str(out)]) == 0
+    capsys.readouterr()
+    page = (out / "conform.html").read_text()
+    assert "<b>Covers:</b> hybrid full + mamba." in page
