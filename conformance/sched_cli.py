@@ -174,7 +174,8 @@ def _log_line(run: ConformRun, log_path: Path) -> str:
     counts = run.log_counts
     if not counts:
         return ""
-    text = ", ".join(f"{n} {level}" for level, n in sorted(counts.items()))
+    text = ", ".join(f"{n} {level}{'s' if n != 1 else ''}"
+                     for level, n in sorted(counts.items()))
     return f"vtwin conform: upstream logs: {text} -> {log_path}"
 
 
