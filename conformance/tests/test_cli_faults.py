@@ -98,3 +98,14 @@ def test_argument_errors_come_before_any_work(
     code = main(["conform", "--workload", "decode-heavy", *IMPL, *filled])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_every_pytest_warning_filter_says_why() -> None:
+    """Filters hide only upstream's noise, each under a comment giving the reason."""
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    block = text.split("filterwarnings = [", 1)[1].split("]\n", 1)[0]
+    lines = [line.strip() for line in block.strip().splitlines()]
+    filters = [i for i, line in enumerate(lines) if line.startswith('"')]
+    assert filters, "no filterwarnings"
+    for i in filters:
+        assert lines[i].startswith('"ignore:') and lines[i - 1].startswith("#"), lines[i]
