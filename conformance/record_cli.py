@@ -1,0 +1,232 @@
+"""``vtwin env``, ``vtwin record`` and ``vtwin compare``: any vLLM as a system, one at a time.
+
+``vtwin env create SPEC`` builds a release's managed environment once (`conformance.envs`);
+``vtwin env list`` shows them. ``vtwin record --system SPEC --workload W -o W.trace.jsonl`` runs
+one system alone to the end and writes its trace (the lockstep trace format, plus a settings
+line after the header with the system's NONE_HASH and the workload's config, and an end line
+saying how the run ended). ``vtwin compare A B --level L`` compares two recorded runs offline
+with the lockstep comparer, at every level at once, and prints the verdict line `vtwin conform`
+prints (``--json OUT`` writes the same per-workload JSON as its report). Recording lets two
+systems that cannot run side by side (two releases on two machines, a run from last month) be
+compared; the trace files are the only thing they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.errors import UserError
+from conformance.sched.compare import LEVELS, Comparer, check_level
+from conformance.sched.conform import WorkloadOutcome, _line, judge
+from conformance.sched.driver import Driver
+from conformance.sched.liveness import Stalled
+from conformance.sched.lockstep import LockstepResult, Series
+from conformance.sched.record import StepRecord
+from conformance.sched.system import close_system, resolve_system
+from conformance.sched.trace import TRACE_FORMAT, TraceWriter, dumps_line, read_trace
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    env = subparsers.add_parser("env", help="managed environments for other vLLM releases",
+                                description="Build or list the virtualenvs that run other vLLM "
+                                            "releases (specs vllm==X.Y.Z, vllm@PATH).")
+    actions = env.add_subparsers(dest="env_command", metavar="ACTION")
+    create = actions.add_parser("create", help="build the environment of a spec (once)")
+    create.add_argument("spec", metavar="SPEC", help="vllm==X.Y.Z or vllm@PATH")
+    create.add_argument("--force", action="store_true", help="rebuild even if built")
+    create.add_argument("--verbose", action="store_true", help="show pip's own output")
+    create.set_defaults(handler=_env_create)
+    listing = actions.add_parser("list", help="the environments built (spec, path, vLLM, size)")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=_env_list)
+    env.set_defaults(handler=lambda _args: _help(env))
+
+    record = subparsers.add_parser(
+        "record", help="run one system alone on a workload and write its trace",
+        description="Run one system on one workload to the end; write a trace that "
+                    "`vtwin compare` can compare with another system's.")
+    record.add_argument("--system", default="impl", metavar="SPEC",
+                        help="impl, upstream, vllm==X.Y.Z, vllm@PATH, module:factory, ... "
+                             "(default impl)")
+    record.add_argument("--workload", required=True, metavar="NAME|FILE")
+    record.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
+    record.add_argument("--integrity-every", type=int, default=None, metavar="N")
+    record.add_argument("--max-steps", type=int, default=None, metavar="N")
+    record.set_defaults(handler=_record)
+
+    compare = subparsers.add_parser(
+        "compare", help="compare two recorded traces, as `vtwin conform` would",
+        description="Compare two traces from `vtwin record` step by step; exit 0 only if "
+                    "they agree at --level.")
+    compare.add_argument("left", type=Path, metavar="A.trace.jsonl")
+    compare.add_argument("right", type=Path, metavar="B.trace.jsonl")
+    compare.add_argument("--level", default="exact", metavar="LEVEL",
+                         help=f"one of {', '.join(LEVELS)} (default exact)")
+    compare.add_argument("--json", type=Path, metavar="OUT",
+                         help="write the verdict JSON here ('-' for stdout)")
+    compare.set_defaults(handler=_compare)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _env_create(args: argparse.Namespace) -> int:
+    from conformance.envs import create
+
+    create(args.spec, sys.stderr, force=args.force, verbose=args.verbose)
+    return 0
+
+
+def _env_list(args: argparse.Namespace) -> int:
+    from conformance.envs import cache_root, list_envs
+
+    rows = list_envs()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"no environments under {cache_root() / 'envs'} (vtwin env create vllm==X.Y.Z)")
+    for row in rows:
+        print(f"{row['spec']:<24} vllm {row['vllm'] or '-':<10} {row['size_mb']:>6} MB  "
+              f"{row['status']:<10} {row['path']}")
+    return 0
+
+
+# -- record -----------------------------------------------------------------------------------
+class RecordWriter(TraceWriter):
+    """A trace writer that also writes the settings line and the end line of a recording."""
+
+    def line(self, data: dict[str, Any]) -> None:
+        self._file.write(dumps_line(data))
+
+
+def _record(args: argparse.Namespace) -> int:
+    from conformance.sched.suite import resolve_workload
+
+    for flag, value in (("--integrity-every", args.integrity_every),
+                        ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be a positive integer, got {value}")
+    workload, every = resolve_workload(args.workload)
+    factory = resolve_system(args.system)
+    started = time.monotonic()
+    system = factory(workload.config)
+    driver = Driver(system, workload, integrity_every=args.integrity_every or every,
+                    max_steps=args.max_steps, snapshot_before=True)
+    writer = RecordWriter(args.output, system.name, workload.name)
+    end: dict[str, Any] = {"end": "finished"}
+    steps = 0
+    try:
+        writer.line({"settings": {
+            "none_hash": system.none_hash, "spec": args.system,
+            "config": workload.config.to_dict()}})
+        for step in driver.steps():
+            writer.write(step)
+            steps += 1
+    except Stalled as stalled:
+        end = {"end": "stalled", "step": stalled.step, "reason": stalled.reason,
+               "detail": stalled.detail}
+    except Exception as err:
+        end = {"end": "error", "step": steps, "detail": f"{type(err).__name__}: {err}"}
+    finally:
+        writer.line({**end, "steps": steps})
+        writer.close()
+        close_system(system)
+        close_system(factory)
+    print(f"vtwin record: {workload.name}: {steps} steps on {system.name}, {end['end']} "
+          f"({time.monotonic() - started:.1f}s) -> {args.output}", file=sys.stderr)
+    return 0 if end["end"] != "error" else 1
+
+
+# -- compare ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A trace read back: who ran what, the records, and how the run ended."""
+
+    system: str
+    workload: str
+    none_hash: str | None
+    records: tuple[StepRecord, ...]
+    end: dict[str, Any]
+
+
+def read_recorded(path: Path) -> Recorded:
+    if not path.is_file():
+        raise UserError(f"{path}: no such trace file")
+    try:
+        lines = read_trace(path)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: not a trace ({err})") from None
+    if not lines or lines[0].get("format") != TRACE_FORMAT:
+        raise UserError(f"{path}: not a trace (first line should name format {TRACE_FORMAT})")
+    header, settings, end = lines[0], {}, {}
+    records = []
+    for number, line in enumerate(lines[1:], 2):
+        if "settings" in line:
+            settings = line["settings"]
+        elif "end" in line:
+            end = line
+        elif "after" in line:
+            try:
+                records.append(StepRecord.from_json(line["after"]))
+            except (KeyError, TypeError) as err:
+                raise UserError(f"{path}:{number}: bad step record ({err})") from None
+    return Recorded(header["system"], header["workload"], settings.get("none_hash"),
+                    tuple(records), end)
+
+
+def compare_recorded(left: Recorded, right: Recorded) -> LockstepResult:
+    """Both runs through one comparer per level, as `run_lockstep` feeds them."""
+    comparers = [Comparer(left.workload, level) for level in LEVELS]
+    if left.none_hash is not None and right.none_hash is not None:
+        for comparer in comparers:
+            comparer.feed_setting("none_hash", left.none_hash, right.none_hash)
+    steps = 0
+    for index in range(max(len(left.records), len(right.records))):
+        a = left.records[index] if index < len(left.records) else None
+        b = right.records[index] if index < len(right.records) else None
+        for comparer in comparers:
+            comparer.feed(a, b)
+        steps += 1
+        if comparers[-1].divergence is not None:
+            break
+    errors = [f"{side} run ({run.system}) ended with an error: {run.end.get('detail')}"
+              for side, run in (("left", left), ("right", right)) if run.end.get("end") == "error"]
+    return LockstepResult(
+        workload=left.workload, left=left.system, right=right.system, steps=steps,
+        divergences=tuple(c.divergence for c in comparers if c.divergence is not None),
+        error="; ".join(errors) or None, error_detail=None, seconds=0.0,
+        left_series=Series.of(list(left.records)), right_series=Series.of(list(right.records)))
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from conformance.sched.report import outcome_json
+
+    level = check_level(args.level)
+    left, right = read_recorded(args.left), read_recorded(args.right)
+    if left.workload != right.workload:
+        raise UserError(f"the traces record different workloads: {left.workload!r} "
+                        f"({args.left}) and {right.workload!r} ({args.right})")
+    result = compare_recorded(left, right)
+    verdict, _ = judge(result, level, ())
+    outcome = WorkloadOutcome(left.workload, "", 0, level, verdict, result, None)
+    line = f"vtwin compare: {_line(outcome)} ({left.system} vs {right.system})"
+    print(line, file=sys.stderr)
+    if args.json is not None:
+        data = {"left": {"system": left.system, "trace": str(args.left), "end": left.end},
+                "right": {"system": right.system, "trace": str(args.right), "end": right.end},
+                **outcome_json(outcome)}
+        text = json.dumps(data, indent=1, default=str)
+        if str(args.json) == "-":
+            print(text)
+        else:
+            args.json.write_text(text + "\n", encoding="utf-8")
+    return 0 if verdict == "passed" else 1

@@ -1,0 +1,92 @@
+"""System specs: every accepted form parses to what it names, and every bad one is one line.
+
+No vLLM needed: parsing imports nothing, and the protocol check is shown on small fakes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.errors import UserError
+from conformance.sched.impl_system import ImplSystem
+from conformance.specs import check_protocol, factory_for, parse_spec
+from workloads.model import EngineConfig
+
+
+def test_named_systems() -> None:
+    assert parse_spec("impl").kind == "impl"
+    assert not parse_spec("impl").out_of_process
+    for name in ("upstream", "upstream-0.32.0"):
+        spec = parse_spec(name)
+        assert (spec.kind, spec.out_of_process) == ("upstream", False)
+
+
+def test_release_runs_in_a_worker_under_its_env() -> None:
+    spec = parse_spec("vllm==0.33.0")
+    assert (spec.kind, spec.version, spec.slug) == ("release", "0.33.0", "vllm-0.33.0")
+    assert spec.out_of_process and spec.needs_env
+    assert spec.in_worker == "upstream"
+
+
+def test_path_spec(tmp_path: Path) -> None:
+    checkout = tmp_path / "vllm"
+    checkout.mkdir()
+    spec = parse_spec(f"vllm@{checkout}")
+    assert (spec.kind, spec.path) == ("path", checkout.resolve())
+    assert spec.slug.startswith("vllm-path-vllm-") and spec.needs_env
+
+
+def test_plugged_scheduler_and_worker_suffixes() -> None:
+    spec = parse_spec("vllm==0.32.0+sched=my_pkg.sched:MyScheduler")
+    assert (spec.kind, spec.scheduler_cls) == ("release", "my_pkg.sched:MyScheduler")
+    assert spec.in_worker == "upstream+sched=my_pkg.sched:MyScheduler"
+    spec = parse_spec("impl+worker")
+    assert spec.out_of_process and not spec.needs_env and spec.in_worker == "impl"
+    assert parse_spec("my_pkg.fork:make_system").target == "my_pkg.fork:make_system"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty"),
+    ("nope", "unknown system 'nope'"),
+    ("vllm==0.33", "a release is vllm==X.Y.Z"),
+    ("vllm@/no/such/dir", "does not exist"),
+    ("impl+sched=a.b:C", "+sched= plugs a scheduler class into upstream"),
+    ("upstream+sched=notatarget", "must be module:Class"),
+    ("my_pkg.fork:", "unknown system"),
+])
+def test_bad_specs_are_one_line(text: str, message: str) -> None:
+    with pytest.raises(UserError) as err:
+        parse_spec(text)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_factory_import_errors_are_one_line() -> None:
+    with pytest.raises(UserError, match="cannot import 'no.such.module'"):
+        factory_for(parse_spec("no.such.module:make"))
+
+
+class _NoSchedule:
+    name = "broken"
+    none_hash = "00"
+
+    def __getattr__(self, item: str) -> Any:
+        if item == "schedule":
+            raise AttributeError(item)
+        return lambda *args: None
+
+
+class _WrongReturn(ImplSystem):
+    def state(self) -> dict[str, int]:  # type: ignore[override]
+        return {}
+
+
+def test_protocol_checked_at_build() -> None:
+    with pytest.raises(UserError, match=r"'fake:make'.*without method schedule\(\)"):
+        check_protocol(_NoSchedule(), "fake:make")
+    with pytest.raises(UserError, match=r"_WrongReturn.state\(\) returns dict, the protocol "
+                                        r"wants SystemState"):
+        check_protocol(_WrongReturn(EngineConfig()), "fake:make")
+    assert check_protocol(ImplSystem(EngineConfig()), "impl").name == "impl"
