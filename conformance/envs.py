@@ -132,13 +132,14 @@ class Builder:
         self.verbose = verbose
         self.python = env_python(self.path)
 
-    def stage(self, index: int, total: int, what: str, argv: Sequence[str]) -> None:
+    def stage(self, index: int, total: int, what: str, argv: Sequence[str]) -> str:
         started = time.monotonic()
         print(f"vtwin env: [{index}/{total}] {what} ...", file=self.out, flush=True)
-        proc = subprocess.run(argv, stdout=None if self.verbose else subprocess.PIPE,
+        capture = not self.verbose or what.startswith("probe")  # the probe prints the version
+        proc = subprocess.run(argv, stdout=subprocess.PIPE if capture else None,
                               stderr=subprocess.STDOUT, text=True, env=worker_env(),
                               check=False)
-        tail = (proc.stdout or "").strip().splitlines()[-1:] if not self.verbose else []
+        tail = (proc.stdout or "").strip().splitlines()[-1:]
         note = f": {tail[0][:160]}" if tail else ""
         if proc.returncode != 0:
             detail = (proc.stdout or "").strip().splitlines()[-3:]
@@ -146,6 +147,7 @@ class Builder:
                             f"{proc.returncode}): {' | '.join(detail)}")
         print(f"vtwin env: [{index}/{total}] {what}: done in "
               f"{time.monotonic() - started:.0f}s{note}", file=self.out, flush=True)
+        return proc.stdout or ""
 
     def pip(self, *args: str) -> list[str]:
         return [str(self.python), "-m", "pip", "install", "--progress-bar", "off", *args]
@@ -179,9 +181,10 @@ class Builder:
         probe = ("import json, vllm; from vllm.v1.core.sched.scheduler import Scheduler; "
                  "print(json.dumps(vllm.__version__))")
         stages.append(("probe: import vllm and its scheduler", [str(self.python), "-c", probe]))
+        output = ""
         for index, (what, argv) in enumerate(stages, 1):
-            self.stage(index, len(stages), what, argv)
-        return self.finish()
+            output = self.stage(index, len(stages), what, argv)
+        return self.finish(str(json.loads(output.strip().splitlines()[-1])))
 
     def recipe(self) -> Recipe:
         spec = self.spec
@@ -197,11 +200,10 @@ class Builder:
         version = f"python{sys.version_info.major}.{sys.version_info.minor}"
         return self.path / "lib" / version / "site-packages"
 
-    def finish(self) -> dict[str, Any]:
-        probe = subprocess.run([str(self.python), "-c", "import vllm; print(vllm.__version__)"],
-                               capture_output=True, text=True, env=worker_env(), check=True)
+    def finish(self, version: str) -> dict[str, Any]:
+        """Write the marker: from now on the environment counts as built."""
         info = {"spec": self.spec.base, "path": str(self.path),
-                "vllm": probe.stdout.strip().splitlines()[-1], "python": str(self.python),
+                "vllm": version, "python": str(self.python),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         (self.path / MARKER).write_text(json.dumps(info, indent=1), encoding="utf-8")
         return info

@@ -221,7 +221,11 @@ class WorkerFactory:
         self.worker: WorkerProcess | None = None
 
     def start(self) -> WorkerProcess:
+        """The worker, started on first use with one line on stderr (a release's first system
+        then pays for importing torch and vLLM there, 10-20 s)."""
         if self.worker is None:
+            print(f"vtwin: starting a worker for {self.spec.text!r} ({self.python})",
+                  file=sys.stderr, flush=True)
             self.worker = WorkerProcess(self.spec.text, self.python, self.env)
             atexit.register(self.worker.close)
         return self.worker

@@ -5,6 +5,7 @@ No vLLM needed: parsing imports nothing, and the protocol check is shown on smal
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,16 @@ def test_protocol_checked_at_build() -> None:
                                         r"wants SystemState"):
         check_protocol(_WrongReturn(EngineConfig()), "fake:make")
     assert check_protocol(ImplSystem(EngineConfig()), "impl").name == "impl"
+
+
+def test_a_release_without_its_env_names_the_command(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VTWIN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UserError, match=r"run `vtwin env create 'vllm==9\.9\.9'`"):
+        factory_for(parse_spec("vllm==9.9.9"))
+    (tmp_path / "envs" / "vllm-9.9.9").mkdir(parents=True)  # a failed build: no marker
+    from conformance.envs import create, list_envs
+
+    assert [(r["spec"], r["status"]) for r in list_envs()] == [("vllm-9.9.9", "incomplete")]
+    with pytest.raises(UserError, match="needs no environment"):
+        create("impl", sys.stderr)
