@@ -79,13 +79,8 @@ class UpstreamSystem:
         self._none_hash = kv_cache_utils.NONE_HASH
         self.none_hash = bytes(self._none_hash).hex()
         self.scheduler: Any = self.scheduler_class(scheduler_cls)(
-            vllm_config=vllm_config,
-            kv_cache_config=build_kv_cache_config(config),
-            structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=config.block_size,
-            hash_block_size=config.effective_hash_block_size,
-            log_stats=True,
-        )
+            vllm_config=vllm_config, structured_output_manager=StructuredOutputManager(vllm_config),
+            log_stats=True, **self.cache_arguments())
         # The records follow the V1 model runner's layout (resumed requests are cached ones);
         # V2 is only chosen where Triton runs, which a CPU oracle never has, but pin it anyway.
         self.scheduler.use_v2_model_runner = False
@@ -112,6 +107,13 @@ class UpstreamSystem:
         from vllm.v1.core.sched.scheduler import Scheduler
 
         return AsyncScheduler if self.config.async_scheduling else Scheduler
+
+    def cache_arguments(self) -> dict[str, Any]:
+        """The scheduler's KV-cache arguments (the era's `KVCacheConfig` and block sizes)."""
+        config = self.config
+        return {"kv_cache_config": build_kv_cache_config(config),
+                "block_size": config.block_size,
+                "hash_block_size": config.effective_hash_block_size}
 
     def _pin_none_hash(self) -> None:
         from vllm.v1.core import kv_cache_utils
@@ -223,13 +225,16 @@ class UpstreamSystem:
         # `_block_hash` rather than the `block_hash` property: this runs over the whole pool
         # every step. The null block has no hash, so it is never counted.
         cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and b._block_hash is not None)
-        waiting = [r.request_id for r in s.kv_holding_waiting]
-        waiting += [r.request_id for r in s.waiting]
+        waiting = [r.request_id for q in self.waiting_queues() for r in q]
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
             blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, cached, free - cached),
         )
+
+    def waiting_queues(self) -> tuple[Any, ...]:
+        """The scheduler's waiting queues, in the order it visits them."""
+        return (self.scheduler.kv_holding_waiting, self.scheduler.waiting)
 
     def take_events(self) -> tuple[CacheEvent, ...]:
         events, self._sink.events = self._sink.events, []
@@ -248,9 +253,26 @@ class Upstream033System(UpstreamSystem):
 
 
 class Upstream019System(UpstreamSystem):
-    """The 0.19 era: same scheduler API for what the harness drives."""
+    """The 0.19 era: no hash block size apart from the block size (neither `KVCacheConfig`
+    nor the scheduler takes one)."""
 
     VERSIONS = ("0.19.",)
+
+    def cache_arguments(self) -> dict[str, Any]:
+        from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+
+        from conformance.kv.upstream import _upstream_spec
+        from conformance.sched.upstream_config import group_shape
+
+        config = self.config
+        groups = [KVCacheGroupSpec([f"layer{i}"], _upstream_spec(group_shape(config, g)))
+                  for i, g in enumerate(config.kv_cache_groups)]
+        return {"kv_cache_config": KVCacheConfig(num_blocks=config.num_blocks,
+                                                 kv_cache_tensors=[], kv_cache_groups=groups),
+                "block_size": config.block_size}
+
+    def waiting_queues(self) -> tuple[Any, ...]:
+        return (self.scheduler.skipped_waiting, self.scheduler.waiting)
 
 
 ERAS: tuple[type[UpstreamSystem], ...] = (UpstreamSystem, Upstream033System, Upstream019System)
@@ -276,11 +298,11 @@ def _event(event: Any) -> CacheEvent:
     kind = type(event).__name__
     if kind == "BlockStored":
         parent = event.parent_block_hash
-        return CacheEvent("stored", event.group_idx,
+        return CacheEvent("stored", getattr(event, "group_idx", None),  # None before 0.32
                           tuple(external_hash(h) for h in event.block_hashes),
                           None if parent is None else external_hash(parent),
                           len(event.token_ids))
     if kind == "BlockRemoved":
-        return CacheEvent("removed", event.group_idx,
+        return CacheEvent("removed", getattr(event, "group_idx", None),
                           tuple(external_hash(h) for h in event.block_hashes))
     return CacheEvent("cleared")
