@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--equivalents", type=Path, default=DEFAULT_PATH)
     parser.add_argument("--out", type=Path, default=Path("reports") / "mutation")
     parser.add_argument("--mutants-dir", type=Path, default=Path("mutants"))
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         minutes = None
         if args.command == "run":

@@ -11,7 +11,7 @@ from conformance.errors import UserError
 from conformance.mutation.equivalents import DEFAULT_PATH, Equivalent, load_equivalents
 from conformance.mutation.report import judge, to_html, write_report
 from conformance.mutation.results import KILLED, NOT_RUN, SURVIVED, Mutant, read_mutants
-from conformance.mutation.run import main
+from conformance.mutation.run import main, record_run, reset_survivors, total_minutes
 
 SOURCE = '''"""A module."""
 
@@ -178,3 +178,19 @@ def test_malformed_equivalents_are_user_errors(tmp_path: Path, text: str, messag
 def test_the_project_equivalents_file_loads() -> None:
     for entry in load_equivalents(DEFAULT_PATH):
         assert entry.reason
+
+
+def test_rerun_survivors_forgets_only_survivor_verdicts(tmp_path: Path) -> None:
+    mutants = make_tree(tmp_path, {f"{TOUCH}__mutmut_1": 1, f"{TOUCH}__mutmut_2": 0,
+                                   "impl.core.pool.x_double__mutmut_1": 33})
+    assert reset_survivors(mutants) == 2
+    meta = json.loads((mutants / "impl" / "core" / "pool.py.meta").read_text())
+    assert meta["exit_code_by_key"] == {f"{TOUCH}__mutmut_1": 1, f"{TOUCH}__mutmut_2": None,
+                                        "impl.core.pool.x_double__mutmut_1": None}
+
+
+def test_minutes_add_up_over_runs(tmp_path: Path) -> None:
+    assert total_minutes(tmp_path) is None
+    record_run(tmp_path, 12.5)
+    record_run(tmp_path, 3.25)
+    assert total_minutes(tmp_path) == pytest.approx(15.75)
