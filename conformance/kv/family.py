@@ -95,6 +95,10 @@ FAMILIES: tuple[KVFamily, ...] = (
                                    GroupShape("mamba", 16)), num_blocks=48),
     KVFamily("full_window_chunked", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48),
                                      GroupShape("chunked_local", 16, 64)), num_blocks=48),
+    # Two groups of the same full-attention spec (layers split in two groups, as the hybrid
+    # planner does beside a window group): one hit search serves both groups at once.
+    KVFamily("two_full_groups_window", (GroupShape("full", 16), GroupShape("full", 16),
+                                        GroupShape("sliding_window", 16, 48)), num_blocks=48),
 )
 
 
