@@ -202,6 +202,7 @@ class Driver:
             num_waiting=len(after.waiting),
             prefix_cache=None if update is None else update.prefix_cache,
             events=events,
+            scheduler_stats=None if update is None else update.scheduler_stats,
         )
         return Step(before, record, events)
 

@@ -22,6 +22,7 @@ from conformance.sched.system import (
     NewRequest,
     RunnerOutput,
     Scheduled,
+    SchedulerStats,
     SystemState,
     TokenOutput,
     Update,
@@ -135,11 +136,14 @@ class ImplSystem:
         ))
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
                                     o.stop_reason) for o in result)
-        s = self.scheduler.make_stats().prefix_cache_stats
+        made = self.scheduler.make_stats()
+        s = made.prefix_cache_stats
         stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
                                                   s.preempted_requests, s.preempted_queries,
                                                   s.preempted_hits)
-        return Update(outputs, stats)
+        return Update(outputs, stats, SchedulerStats(made.num_running_reqs,
+                                                     made.num_waiting_reqs,
+                                                     made.kv_cache_usage))
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
         from impl.sched.output import DraftTokenIds

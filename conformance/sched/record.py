@@ -24,7 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.sched.system import BlockCounts, BlockIds, CacheEvent, CacheStats, TokenOutput
+from conformance.sched.system import (
+    BlockCounts,
+    BlockIds,
+    CacheEvent,
+    CacheStats,
+    SchedulerStats,
+    TokenOutput,
+)
 
 SCHEDULE_FIELDS: tuple[str, ...] = (
     "step", "num_scheduled_tokens", "preempted", "finished", "aborted", "finish_reasons",
@@ -67,6 +74,7 @@ class StepRecord:
     num_waiting: int
     prefix_cache: CacheStats | None
     events: tuple[CacheEvent, ...] = ()
+    scheduler_stats: SchedulerStats | None = None
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -114,6 +122,11 @@ class StepRecord:
                 "preempted_hits": self.prefix_cache.preempted_hits,
             },
             "events": [_event_json(e) for e in self.events],
+            "scheduler_stats": None if self.scheduler_stats is None else {
+                "num_running_reqs": self.scheduler_stats.num_running_reqs,
+                "num_waiting_reqs": self.scheduler_stats.num_waiting_reqs,
+                "kv_cache_usage": self.scheduler_stats.kv_cache_usage,
+            },
         }
 
     @staticmethod
@@ -149,6 +162,8 @@ class StepRecord:
             events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
                                     e["parent_hash"], e["num_tokens"])
                          for e in data.get("events", ())),
+            scheduler_stats=None if data.get("scheduler_stats") is None
+            else SchedulerStats(**data["scheduler_stats"]),
         )
 
 

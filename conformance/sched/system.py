@@ -122,9 +122,20 @@ class CacheStats:
 
 
 @dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """What the scheduler reports to the engine's metrics after an update (the counts a
+    dashboard shows): requests running and waiting, and the share of usable blocks in use."""
+
+    num_running_reqs: int
+    num_waiting_reqs: int
+    kv_cache_usage: float
+
+
+@dataclass(frozen=True, slots=True)
 class Update:
     outputs: tuple[TokenOutput, ...]
     prefix_cache: CacheStats | None
+    scheduler_stats: SchedulerStats | None = None
 
 
 @dataclass(frozen=True, slots=True)

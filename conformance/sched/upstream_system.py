@@ -29,6 +29,7 @@ from conformance.sched.system import (
     NewRequest,
     RunnerOutput,
     Scheduled,
+    SchedulerStats,
     SystemState,
     TokenOutput,
     Update,
@@ -193,6 +194,7 @@ class UpstreamSystem:
         result = self.scheduler.update_from_output(scheduled.native, runner_output)
         outputs: list[TokenOutput] = []
         stats: CacheStats | None = None
+        counts: SchedulerStats | None = None
         for client in sorted(result):
             eco = result[client]
             for o in eco.outputs:
@@ -203,7 +205,10 @@ class UpstreamSystem:
                 s = eco.scheduler_stats.prefix_cache_stats
                 stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
                                    s.preempted_queries, s.preempted_hits)
-        return Update(tuple(outputs), stats)
+                made = eco.scheduler_stats
+                counts = SchedulerStats(made.num_running_reqs, made.num_waiting_reqs,
+                                        made.kv_cache_usage)
+        return Update(tuple(outputs), stats, counts)
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
         from vllm.v1.outputs import DraftTokenIds
