@@ -140,6 +140,9 @@ def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
             handle.write(warnings.formatwarning(message, category, filename, lineno, line))
 
     with warnings.catch_warnings():
+        # Every emission counts: under the default "once per location" rule a warning seen
+        # before this run (an earlier run in the same process) would vanish from the log.
+        warnings.simplefilter("always")
         warnings.showwarning = to_log
         try:
             yield counts
