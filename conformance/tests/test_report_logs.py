@@ -17,8 +17,12 @@ from conformance.sched_cli import main
 
 
 def noisy(config: Any) -> ImplSystem:
-    """The twin, announcing itself the way upstream does on start-up."""
-    logging.getLogger("vllm.platforms").warning("block_size is not a multiple of 32")
+    """The twin, announcing itself the way upstream does on start-up. A child logger of its
+    own: vllm's real `vllm.platforms` may have been configured (level, disabled) by an earlier
+    test in the same worker that imported vllm, which would make this test order-dependent."""
+    logger = logging.getLogger("vllm.vtwin_test_platforms")
+    logger.disabled = False
+    logger.warning("block_size is not a multiple of 32")
     logging.getLogger("vllm.config").info("an info line below the level")
     warnings.warn("SSM cache type reset", UserWarning, stacklevel=1)
     return ImplSystem(config)
@@ -36,7 +40,7 @@ def test_upstream_logs_go_to_a_file_and_one_console_line(
     assert line.endswith(f"-> {tmp_path / 'upstream.log'}")
     assert "upstream logs: 2 warnings ->" in line
     text = (tmp_path / "upstream.log").read_text()
-    assert "WARNING vllm.platforms: block_size is not a multiple of 32" in text
+    assert "WARNING vllm.vtwin_test_platforms: block_size is not a multiple of 32" in text
     assert "SSM cache type reset" in text and "below the level" not in text
 
 
