@@ -130,8 +130,9 @@ def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
         saved.append((logger, list(logger.handlers), logger.propagate, logger.level))
         logger.handlers = list(handlers)
         logger.propagate = False
-        if logger.level == logging.NOTSET:
-            logger.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
+        # Always the capture's level (restored afterwards): a level left on these loggers by
+        # earlier code in the process (vllm's own logging config, a test) would drop records.
+        logger.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
 
     def to_log(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                file: Any = None, line: str | None = None) -> None:
@@ -139,6 +140,8 @@ def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
         with path.open("a", encoding="utf-8") as handle:
             handle.write(warnings.formatwarning(message, category, filename, lineno, line))
 
+    disabled_below = logging.root.manager.disable  # a process-wide logging.disable(...)
+    logging.disable(logging.NOTSET)
     with warnings.catch_warnings():
         # Every emission counts: under the default "once per location" rule a warning seen
         # before this run (an earlier run in the same process) would vanish from the log.
@@ -150,6 +153,7 @@ def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
             for logger, old, propagate, level in saved:
                 logger.handlers, logger.propagate = old, propagate
                 logger.setLevel(level)
+            logging.disable(disabled_below)
             to_file.close()
 
 
