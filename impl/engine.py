@@ -128,9 +128,6 @@ class LLMEngine:
 
     def step(self) -> list[EngineCoreOutput]:
         scheduler_output = self.scheduler.schedule()
-        # Fresh blocks need no zeroing here (attention never reads past a sequence's length);
-        # drain the list so it does not grow.
-        self.scheduler.kv_cache_manager.take_new_block_ids()
         self.num_steps += 1
         self.last_num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens
         runner_output = self.runner.execute_model(scheduler_output)

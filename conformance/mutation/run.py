@@ -1,4 +1,5 @@
-"""`python -m conformance.mutation run|report`: a bounded mutmut run, then the report.
+"""`python -m conformance.mutation run|report|hunt`: a bounded mutmut run, then the report
+(`hunt`: search for workloads that kill surviving mutants, see `conformance.mutation.hunt`).
 
 `run --max-minutes N` starts `mutmut run` and, N minutes later, interrupts it (SIGINT: mutmut
 stops its workers and keeps every verdict it has; the mutants it did not reach stay "not run"
@@ -24,8 +25,10 @@ from pathlib import Path
 
 from conformance.errors import UserError
 from conformance.mutation.equivalents import DEFAULT_PATH, load_equivalents
+from conformance.mutation.hunt import main_hunt
 from conformance.mutation.report import judge, write_report
 from conformance.mutation.results import NO_TESTS, SURVIVED, read_mutants, status_of
+from conformance.sched.suite import REGRESSIONS_DIR
 
 ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
               "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
@@ -121,10 +124,17 @@ def report(mutants_dir: Path, source_root: Path, equivalents: Path, out: Path, t
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.mutation",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("command", choices=("run", "report"),
-                        help="run: mutmut (bounded), then the report; report: the report only")
+    parser.add_argument("command", choices=("run", "report", "hunt"),
+                        help="run: mutmut (bounded), then the report; report: the report only; "
+                        "hunt: search workloads that kill surviving mutants")
     parser.add_argument("mutants", nargs="*",
-                        help="run only these mutants (mutmut names, * globs); reruns them")
+                        help="run (or hunt) only these mutants (mutmut names, * globs)")
+    parser.add_argument("--examples", type=int, default=300,
+                        help="hunt: workloads drawn per mutant (default 300)")
+    parser.add_argument("--hunt-timeout", type=float, default=900.0,
+                        help="hunt: seconds per mutant before giving up (default 900)")
+    parser.add_argument("--regressions", type=Path, default=REGRESSIONS_DIR,
+                        help="hunt: where found workloads go (default conformance/regressions)")
     parser.add_argument("--max-minutes", type=float, default=60.0,
                         help="stop launching mutants after this long (default 60)")
     parser.add_argument("--max-children", type=int, default=2,
@@ -139,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     try:
         minutes = None
+        if args.command == "hunt":
+            return main_hunt(args.mutants, args.out / "mutation.json", args.mutants_dir,
+                             args.examples, args.regressions, args.hunt_timeout)
         if args.command == "run":
             load_equivalents(args.equivalents)  # a malformed file fails before the long run
             if args.rerun_survivors:

@@ -95,7 +95,6 @@ class ImplSchedulerAdapter:
         from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
         out = self.impl.schedule()
-        self.impl.kv_cache_manager.take_new_block_ids()  # drained, as upstream does every step
         new = [NewRequestData(
             req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids), mm_features=[],
             sampling_params=self.upstream_requests[r.req_id].sampling_params,

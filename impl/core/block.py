@@ -73,9 +73,6 @@ class FreeKVCacheBlockQueue:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def __contains__(self, block: KVCacheBlock) -> bool:
-        return block.block_id in self._queue
-
     def popleft(self) -> KVCacheBlock:
         if not self._queue:
             raise ValueError("No free block is available")
@@ -93,11 +90,6 @@ class FreeKVCacheBlockQueue:
     def append(self, block: KVCacheBlock) -> None:
         self._queue[block.block_id] = block
 
-    def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
-        queue = self._queue
-        for block in blocks:
-            queue[block.block_id] = block
-
     def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
         """Insert `blocks` at the front, keeping their order (blocks[0] becomes the head)."""
         queue = self._queue
@@ -105,9 +97,6 @@ class FreeKVCacheBlockQueue:
         for block in reversed(blocks):
             queue[block.block_id] = block
             to_front(block.block_id, False)
-
-    def get_all_free_blocks(self) -> list[KVCacheBlock]:
-        return list(self._queue.values())
 
     def block_ids(self) -> list[int]:
         return list(self._queue)

@@ -17,7 +17,6 @@ from impl.core.block import KVCacheBlock
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
-from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig
 
 if TYPE_CHECKING:
@@ -64,9 +63,6 @@ class KVCacheBlocks:
             if group:
                 return self.get_block_ids()
         return None
-
-    def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
 
     def __repr__(self) -> str:
         return f"KVCacheBlocks({self.get_block_ids()})"
@@ -221,8 +217,6 @@ class KVCacheManager:
                 return None
             new_blocks = pool.get_new_blocks(num_new_blocks)
             blocks.extend(new_blocks)
-            if manager.record_new_block_ids:
-                manager.new_block_ids.extend(block.block_id for block in new_blocks)
             result = KVCacheBlocks((new_blocks,))
         else:
             result = self._empty
@@ -242,10 +236,6 @@ class KVCacheManager:
             self.prefix_cache_stats.reset = True
         return True
 
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        """Cascade attention is gone upstream: always zero per group."""
-        return [0] * self.num_kv_cache_groups
-
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(self.coordinator.get_blocks(request_id))
 
@@ -259,17 +249,8 @@ class KVCacheManager:
     def new_step_starts(self) -> None:
         self.coordinator.new_step_starts()
 
-    def take_new_block_ids(self) -> list[int]:
-        ids: list[int] = []
-        for manager in self.coordinator.managers:
-            ids.extend(manager.take_new_block_ids())
-        return ids
-
     def take_events(self) -> list[KVCacheEvent]:
         return self.block_pool.take_events()
-
-    def num_blocks_for(self, num_tokens: int, group_id: int = 0) -> int:
-        return cdiv(num_tokens, self.coordinator.managers[group_id].block_size)
 
     def check_integrity(self) -> None:
         """Raise `IntegrityError` (survives `python -O`) if any cache structure is broken."""

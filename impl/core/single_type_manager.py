@@ -34,7 +34,6 @@ class SingleTypeKVCacheManager:
         block_pool: BlockPool,
         enable_caching: bool,
         kv_cache_group_id: int,
-        record_new_block_ids: bool = False,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -45,13 +44,9 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # Number of leading blocks of each request already indexed in the prefix cache.
         self.num_cached_block: dict[str, int] = {}
-        # Ids of newly allocated blocks, for a worker that zeroes them; only kept on request
-        # so a long run does not accumulate them.
-        self.record_new_block_ids = record_new_block_ids
         # Per-request cap of the full-sequence admission gate, for types that recycle blocks
         # (sliding window, chunked local); None: the whole sequence counts. Set by the manager.
         self.admission_cap_blocks: int | None = None
-        self.new_block_ids: list[int] = []
         # Granularity of request block hashes (set by the coordinator; may be finer).
         self.hash_block_size = self.block_size
         # Requests whose prompt-tail boundary entry is registered (see FullAttentionManager).
@@ -129,8 +124,6 @@ class SingleTypeKVCacheManager:
             return []
         new_blocks = self.block_pool.get_new_blocks(num_new)
         blocks.extend(new_blocks)
-        if self.record_new_block_ids:
-            self.new_block_ids.extend(block.block_id for block in new_blocks)
         return new_blocks
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
@@ -199,10 +192,6 @@ class SingleTypeKVCacheManager:
 
     def new_step_starts(self) -> None:
         """A scheduler step begins (subclasses reset per-step state)."""
-
-    def take_new_block_ids(self) -> list[int]:
-        ids, self.new_block_ids = self.new_block_ids, []
-        return ids
 
     # -- prefix cache ----------------------------------------------------------------------
     @classmethod

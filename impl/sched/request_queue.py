@@ -20,8 +20,6 @@ class RequestQueue(Protocol):
     def pop_request(self) -> Request: ...
     def peek_request(self) -> Request: ...
     def prepend_request(self, request: Request) -> None: ...
-    def prepend_requests(self, requests: Iterable[Request]) -> None: ...
-    def remove_request(self, request: Request) -> None: ...
     def remove_requests(self, requests: Iterable[Request]) -> None: ...
     def __bool__(self) -> bool: ...
     def __len__(self) -> int: ...
@@ -47,13 +45,6 @@ class FCFSRequestQueue:
 
     def prepend_request(self, request: Request) -> None:
         self._queue.appendleft(request)
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        """Put `requests` at the front, keeping their order."""
-        self._queue.extendleft(reversed(list(requests)))
-
-    def remove_request(self, request: Request) -> None:
-        self._queue.remove(request)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         doomed = set(map(id, requests))
@@ -92,13 +83,6 @@ class PriorityRequestQueue:
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        for request in requests:
-            self.add_request(request)
-
-    def remove_request(self, request: Request) -> None:
-        self.remove_requests((request,))
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         doomed = set(map(id, requests))
