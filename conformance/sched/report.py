@@ -20,14 +20,24 @@ reason, queues and block counts); both are null for a run that ended normally.
 from __future__ import annotations
 
 import json
-import os
-import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from conformance.errors import UserError
+from conformance.rundirs import (
+    LATEST,
+    check_run_id,
+    check_writable_dir,
+    latest_id,
+    new_run_dir,
+    point_latest,
+    read_json,
+    replacing_note,
+    summaries,
+    write_index,
+    write_text,
+)
 from conformance.sched.conform import ConformRun, WorkloadOutcome
 from conformance.sched.html import render
 from conformance.sched.html_runs import render_runs
@@ -37,8 +47,10 @@ from conformance.sched.lockstep import LockstepResult, Series
 
 REPORT_FORMAT = "vtwin-conform-report/2"
 DEFAULT_REPORT_DIR = Path("reports") / "conformance"
-LATEST = "latest"
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,80}")
+
+__all__ = ["DEFAULT_REPORT_DIR", "LATEST", "REPORT_FORMAT", "check_report_dir", "check_run_id",
+           "new_run_dir", "outcome_json", "point_latest", "report_json", "run_summaries",
+           "update_runs_index", "write_report", "write_text"]
 
 
 def series_json(series: Series) -> dict[str, list[int]]:
@@ -105,17 +117,6 @@ def report_json(run: ConformRun, generated: str | None = None,
     }
 
 
-def write_text(path: Path | str, text: str) -> None:
-    """Write `text` to a file, or to stdout when `path` is ``-`` (as everywhere in vtwin)."""
-    if str(path) == "-":
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-
-
 def write_report(run: ConformRun, out_dir: Path, json_path: Path | None = None,
                  meta: dict[str, Any] | None = None) -> Path:
     """Write conform.json and conform.html under `out_dir` (and the JSON to `json_path` too,
@@ -136,85 +137,21 @@ def write_report(run: ConformRun, out_dir: Path, json_path: Path | None = None,
     return page
 
 
-# -- run directories ---------------------------------------------------------------------------
-def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.fullmatch(run_id) or run_id == LATEST:
-        raise UserError(f"--run-id: letters, digits, '.', '_' and '-' only, not {LATEST!r} "
-                        f"(got {run_id!r})")
-    return run_id
-
-
-def new_run_dir(root: Path, command: str, run_id: str | None = None,
-                now: datetime | None = None) -> Path:
-    """Create and return `root/<run id>`. A generated id takes a `-2`, `-3`... suffix when its
-    second is taken; a given id that already holds a report is refused (nothing is overwritten
-    silently). Raises `UserError` up front, before any work, if the root is not writable."""
-    if run_id is None:
-        stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-        base, n = f"{stamp}-{command}", 1
-        run_id = base
-        while (root / run_id).exists():
-            n += 1
-            run_id = f"{base}-{n}"
-    path = root / check_run_id(run_id)
-    if path.is_dir() and any(path.iterdir()):
-        raise UserError(f"{path}: run {run_id!r} already has a report; pick another --run-id "
-                        "(reports are never overwritten)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create the report directory {path}: {err}") from None
-    return path
-
-
+# -- run directories (the scheme is `conformance.rundirs`, shared with benchmarks and mutation) --
 def check_report_dir(path: Path) -> str | None:
     """For an explicit `--report DIR`: fail now if it cannot be written; returns a note naming
     the report it will replace (None if there is none), so replacing is never silent."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--report {path}: not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".vtwin-write-check"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"--report {path}: cannot write there: {err}") from None
-    old = path / "conform.json"
-    if not old.exists():
-        return None
-    try:
-        generated = json.loads(old.read_text(encoding="utf-8")).get("generated", "?")
-    except (OSError, ValueError, AttributeError):
-        generated = "?"
-    return f"replacing the report in {path} (from {generated})"
-
-
-def point_latest(root: Path, run_dir: Path) -> None:
-    """`root/latest` -> the run directory (a relative symlink, swapped atomically), and
-    `root/latest.txt` with its id where symlinks are not available."""
-    link = root / LATEST
-    temp = root / f".{LATEST}.{os.getpid()}"
-    try:
-        if temp.is_symlink():
-            temp.unlink()
-        temp.symlink_to(run_dir.name, target_is_directory=True)
-        os.replace(temp, link)
-    except OSError:
-        pass
-    (root / "latest.txt").write_text(run_dir.name + "\n", encoding="utf-8")
+    check_writable_dir(path, "--report")
+    return replacing_note(path, "conform.json")
 
 
 def run_summaries(root: Path) -> list[dict[str, Any]]:
     """One summary per run directory under `root`, newest first (from its JSON files)."""
-    runs = []
-    for path in sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()),
-                       key=lambda p: p.name, reverse=True):
-        runs.append(_summary(path))
-    return [r for r in runs if r is not None]
+    return summaries(root, _summary)
 
 
 def _summary(path: Path) -> dict[str, Any] | None:
-    conform, tests = _read(path / "conform.json"), _read(path / "report.json")
+    conform, tests = read_json(path / "conform.json"), read_json(path / "report.json")
     if conform is None and tests is None:
         return None
     out: dict[str, Any] = {"id": path.name, "files": sorted(
@@ -234,20 +171,7 @@ def _summary(path: Path) -> dict[str, Any] | None:
     return out
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def update_runs_index(root: Path) -> Path:
     """Rebuild `root/runs.json` and `root/index.html` from the run directories present."""
     runs = run_summaries(root)
-    latest = (root / "latest.txt").read_text().strip() if (root / "latest.txt").exists() else None
-    (root / "runs.json").write_text(json.dumps({"latest": latest, "runs": runs}, indent=1),
-                                    encoding="utf-8")
-    page = root / "index.html"
-    page.write_text(render_runs(runs, latest), encoding="utf-8")
-    return page
+    return write_index(root, runs, render_runs(runs, latest_id(root)))
