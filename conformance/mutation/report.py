@@ -1,4 +1,5 @@
-"""The mutation score and its report: `reports/mutation/mutation.json` and `index.html`.
+"""The mutation score and its report: `mutation.json` and `index.html` in one run's directory
+(`reports/mutation/<run id>/`, see `conformance.mutation.runs`).
 
 score = killed / (total - equivalent - not run), in percent. `killed` counts timeouts (the mutant
 hangs a test: CI notices); `equivalent` counts surviving mutants the equivalents file accepts;
@@ -13,6 +14,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from conformance.mutation.equivalents import Equivalent, classify
@@ -177,7 +179,8 @@ def to_html(verdict: Verdict, target: float, minutes: float | None,
 def write_report(verdict: Verdict, out_dir: Path, target: float,
                  minutes: float | None = None, total_minutes: float | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = to_json(verdict, target, minutes, total_minutes)
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    data = {"generated": generated, **to_json(verdict, target, minutes, total_minutes)}
     (out_dir / "mutation.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
                                            encoding="utf-8")
     (out_dir / "index.html").write_text(to_html(verdict, target, minutes, total_minutes),

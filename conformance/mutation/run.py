@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.errors import UserError
+from conformance.mutation import runs
 from conformance.mutation.equivalents import DEFAULT_PATH, load_equivalents
 from conformance.mutation.hunt import main_hunt
 from conformance.mutation.report import judge, write_report
@@ -144,22 +145,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=95.0,
                         help="lowest passing score in percent (default 95)")
     parser.add_argument("--equivalents", type=Path, default=DEFAULT_PATH)
-    parser.add_argument("--out", type=Path, default=Path("reports") / "mutation")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write the report exactly here (default: a new run directory "
+                             "reports/mutation/RUN_ID, with a 'latest' link and index.html)")
+    parser.add_argument("--run-id", default=None, metavar="ID",
+                        help="name of the run directory (default: UTC time and command); an "
+                             "existing run is never overwritten")
     parser.add_argument("--mutants-dir", type=Path, default=Path("mutants"))
     args = parser.parse_intermixed_args(argv)
     try:
         minutes = None
         if args.command == "hunt":
-            return main_hunt(args.mutants, args.out / "mutation.json", args.mutants_dir,
+            return main_hunt(args.mutants, runs.latest_report(args.out), args.mutants_dir,
                              args.examples, args.regressions, args.hunt_timeout)
-        if args.command == "run":
-            load_equivalents(args.equivalents)  # a malformed file fails before the long run
-            if args.rerun_survivors:
-                print(f"mutation: {reset_survivors(args.mutants_dir)} survivors to test again")
-            minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
-            record_run(args.mutants_dir, minutes)
-        ok = report(args.mutants_dir, Path("."), args.equivalents, args.out, args.target,
-                    minutes)
+        load_equivalents(args.equivalents)  # a malformed file fails before the long run
+        out, root, note = runs.out_dir(args.command, args.out, args.run_id)
+        if note is not None:
+            print(f"mutation: {note}")
+        try:
+            if args.command == "run":
+                if args.rerun_survivors:
+                    print(f"mutation: {reset_survivors(args.mutants_dir)} survivors to test "
+                          "again")
+                minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
+                record_run(args.mutants_dir, minutes)
+            ok = report(args.mutants_dir, Path("."), args.equivalents, out, args.target,
+                        minutes)
+        finally:
+            if root is not None and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()  # nothing written (interrupted, or an error): no empty run
+        index = runs.finish(out, root)
+        if index is not None:
+            print(f"mutation: every run: {index}")
     except UserError as err:
         print(f"mutation: {err}", file=sys.stderr)
         return 2

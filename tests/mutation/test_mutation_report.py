@@ -194,3 +194,50 @@ def test_minutes_add_up_over_runs(tmp_path: Path) -> None:
     record_run(tmp_path, 12.5)
     record_run(tmp_path, 3.25)
     assert total_minutes(tmp_path) == pytest.approx(15.75)
+
+
+def test_runs_get_directories_latest_and_an_index(tree: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tree.parent)
+    root = tree.parent / "reports" / "mutation"
+    root.mkdir(parents=True)
+    # A report written straight into reports/mutation/ before run directories existed.
+    (root / "mutation.json").write_text(json.dumps({"summary": {"score": 12.5, "total": 8}}))
+    (root / "index.html").write_text("<p>the earlier report</p>")
+    empty = tree.parent / "eq.toml"
+    empty.write_text("")
+    assert main(["report", "--equivalents", str(empty), "--run-id", "one"]) == 1
+    assert main(["report", "--equivalents", str(empty)]) == 1
+    runs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    assert len(runs) == 3 and "one" in runs
+    earlier = next(r for r in runs if r.endswith("-mutation-earlier"))
+    assert (root / earlier / "index.html").read_text() == "<p>the earlier report</p>"
+    newest = next(r for r in runs if r.endswith("-mutation-report"))
+    assert (root / "latest.txt").read_text().strip() == newest
+    assert json.loads((root / "latest" / "mutation.json").read_text())["summary"]["score"] == 50
+    index = json.loads((root / "runs.json").read_text())
+    assert {r["id"] for r in index["runs"]} == set(runs)
+    assert {r["id"]: r["score"] for r in index["runs"]}[earlier] == 12.5
+    page = (root / "index.html").read_text()
+    assert all(f"{r}/index.html" in page for r in runs)
+    out = capsys.readouterr().out
+    assert f"-> reports/mutation/{newest}/index.html" in out and "moved the report" in out
+    # An id in use is refused before any work; an explicit --out says what it replaces.
+    assert main(["report", "--equivalents", str(empty), "--run-id", "one"]) == 2
+    assert "already has a report" in capsys.readouterr().err
+    mine = tree.parent / "mine"
+    for _ in range(2):
+        main(["report", "--equivalents", str(empty), "--out", str(mine)])
+    assert capsys.readouterr().out.count(f"replacing the report in {mine}") == 1
+
+
+def test_hunt_reads_the_newest_run(tmp_path: Path) -> None:
+    from conformance.mutation.runs import latest_report
+
+    root = tmp_path / "mutation"
+    with pytest.raises(UserError, match="no mutation report"):
+        latest_report(None, root)
+    (root / "r7").mkdir(parents=True)
+    (root / "latest.txt").write_text("r7\n")
+    assert latest_report(None, root) == root / "r7" / "mutation.json"
+    assert latest_report(tmp_path / "x", root) == tmp_path / "x" / "mutation.json"
