@@ -184,7 +184,8 @@ def _event(event: Any) -> CacheEvent:
         return CacheEvent("stored", event.group_id,
                           tuple(external_hash(h) for h in event.block_hashes),
                           None if parent is None else external_hash(parent),
-                          len(event.token_ids))
+                          len(event.token_ids), tuple(event.token_ids), event.block_size,
+                          getattr(event, "lora_name", None))
     if kind == "BlockRemoved":
         return CacheEvent("removed", event.group_id,
                           tuple(external_hash(h) for h in event.block_hashes))

@@ -160,7 +160,9 @@ class StepRecord:
             num_waiting=data["num_waiting"],
             prefix_cache=None if pc is None else CacheStats(**pc),
             events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
-                                    e["parent_hash"], e["num_tokens"])
+                                    e["parent_hash"], e["num_tokens"],
+                                    tuple(e.get("token_ids", ())), e.get("block_size", 0),
+                                    e.get("lora_name"))
                          for e in data.get("events", ())),
             scheduler_stats=None if data.get("scheduler_stats") is None
             else SchedulerStats(**data["scheduler_stats"]),
@@ -177,4 +179,6 @@ def _ids_tuple(ids: list[list[int]] | None) -> BlockIds | None:
 
 def _event_json(event: CacheEvent) -> dict[str, Any]:
     return {"kind": event.kind, "group": event.group, "block_hashes": list(event.block_hashes),
-            "parent_hash": event.parent_hash, "num_tokens": event.num_tokens}
+            "parent_hash": event.parent_hash, "num_tokens": event.num_tokens,
+            "token_ids": list(event.token_ids), "block_size": event.block_size,
+            "lora_name": event.lora_name}

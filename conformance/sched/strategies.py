@@ -10,6 +10,7 @@ per group) but otherwise spans what users configure, not what was convenient:
   smaller than the block size, hybrids included;
 * budgets at their edges: tiny token budgets, chunked prefill off with the budget exactly
   `max_model_len`, `max_num_seqs` from 1, requests whose prompt + output reach `max_model_len`;
+* LoRA adapters (two names, kept across a session's turns): hashes and events per adapter;
 * FCFS and priority (tiny pools force preemptions, including of requests already scheduled in
   the same step), EOS / stop / min_tokens / ignore_eos, aborts at any time;
 * speculative decoding (uniform padding, drafts to requests still in prefill, EAGLE-style
@@ -39,6 +40,8 @@ from workloads.model import (
 
 EOS = 2
 STOP = 13
+LORAS = (None, None, None, "adapter-a", "adapter-b")
+"""LoRA adapters: their names key the block hashes and KV events (no adapter limit is set)."""
 LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked")
 """KV layouts by the groups they add to full attention ("full" twice: the common case)."""
 
@@ -87,7 +90,8 @@ def engine_configs(draw: Any) -> EngineConfig:
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
-        long_prefill_token_threshold=draw(st.sampled_from((0, 0, 16, 40)), label="threshold"),
+        long_prefill_token_threshold=draw(st.sampled_from((0, 0, 1, 16, 40)),
+                                          label="threshold"),
         enable_chunked_prefill=chunked,
         policy=draw(st.sampled_from(("fcfs", "priority")), label="policy"),
         enable_prefix_caching=draw(st.booleans(), label="prefix_caching"),
@@ -132,8 +136,10 @@ def request_specs(draw: Any, index: int, config: EngineConfig,
                   plans: dict[str, PlanSpec]) -> RequestSpec:
     rid = f"r{index}"
     follow = previous and draw(st.integers(0, 3), label="follow_up") == 0
+    lora = draw(st.sampled_from(LORAS), label="lora")
     if follow:
         parent = draw(st.sampled_from(previous), label="parent")
+        lora = parent.lora_name  # a session keeps its adapter
         history = Workload("so-far", "", config, (), token_seed=token_seed)
         output = turn_output(history, parent, plans.get(parent.request_id),
                              config.max_model_len)
@@ -163,6 +169,7 @@ def request_specs(draw: Any, index: int, config: EngineConfig,
         ignore_eos=draw(st.booleans()) and draw(st.booleans()),
         priority=draw(st.integers(0, 2), label="priority"),
         cache_salt=draw(st.sampled_from((None, None, None, "salt")), label="salt"),
+        lora_name=lora,
     )
 
 

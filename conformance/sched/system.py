@@ -151,13 +151,19 @@ class BlockCounts:
 
 @dataclass(frozen=True, slots=True)
 class CacheEvent:
-    """A prefix-cache event, canonical: kind is stored | removed | cleared; hashes in hex."""
+    """A prefix-cache event, canonical: kind is stored | removed | cleared; hashes in hex.
+
+    A stored event carries what a KV-event consumer (a router, an external index) keys on: the
+    tokens of the stored blocks, the block size and the LoRA adapter name, not only hashes."""
 
     kind: str
     group: int | None = None
     block_hashes: tuple[str, ...] = ()
     parent_hash: str | None = None
     num_tokens: int = 0
+    token_ids: tuple[int, ...] = ()
+    block_size: int = 0
+    lora_name: str | None = None
 
 
 def external_hash(value: bytes | int) -> str:
