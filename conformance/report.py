@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conformance.errors import UserError
+from conformance.hypothesis_counts import EXAMPLES, INVALID
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,10 @@ class CaseResult:
     outcome: str  # passed | failed | error | skipped
     seconds: float
     detail: str
+    examples: int | None = None
+    """Hypothesis examples the test ran (None: not a Hypothesis test, or not counted);
+    `conformance.hypothesis_counts` writes them into junit."""
+    invalid: int | None = None
 
 
 def read_junit(path: Path) -> list[CaseResult]:
@@ -47,11 +52,20 @@ def read_junit(path: Path) -> list[CaseResult]:
                 outcome = "failed" if tag == "failure" else tag
                 detail = (node.get("message") or "") + "\n" + (node.text or "")
                 break
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
         results.append(CaseResult(
             suite=case.get("classname", ""), name=case.get("name", ""), outcome=outcome,
             seconds=float(case.get("time", "0") or 0), detail=detail.strip(),
+            examples=_int(props.get(EXAMPLES)), invalid=_int(props.get(INVALID)),
         ))
     return results
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -91,6 +105,7 @@ def render_html(results: list[CaseResult], generated: str) -> str:
         _group(name, what.get(name, ""), groups[name])
         for name in [*what, "Other"] if name in groups)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    examples = _examples_line(results)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>vtwin conformance</title><style>
@@ -98,17 +113,29 @@ body{{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:
 table{{border-collapse:collapse;width:100%;table-layout:fixed}}
 td,th{{border:1px solid #ddd;padding:4px 8px;vertical-align:top;overflow-wrap:anywhere}}
 pre{{white-space:pre-wrap;overflow-wrap:anywhere}} th{{background:#f6f8fa;text-align:left}}
-col.o{{width:6em}} col.t{{width:5em}}
+col.o{{width:6em}} col.t{{width:5em}} col.x{{width:9em}} td.n{{text-align:right}}
+.checks{{color:#57606a}} .examples{{color:#0969da}} .inv{{color:#57606a;font-size:90%}}
+summary{{padding:4px 0}}
 </style></head><body>
 <h1>vtwin conformance against upstream vLLM 0.32.0</h1>
-<p>Generated {generated}. {summary}. Hypothesis profile
+<p>Generated {generated}. {summary}. {examples} Hypothesis profile
 <code>{html.escape(os.environ.get("HYPOTHESIS_PROFILE", "default"))}</code> (examples per
-property test: default 200, nightly 5,000, quick 25).</p>
+property test: default 200, nightly 5,000, quick 25); the counts are what ran, per test.</p>
 <p>Step-by-step lockstep results of this run's workload suite (levels reached, first
 divergences, block and queue charts): <a href="conform.html">conform.html</a>.
 All runs: <a href="../index.html">index of runs</a>.</p>
 {sections}</body></html>
 """
+
+
+def _examples_line(results: list[CaseResult]) -> str:
+    """`N Hypothesis examples in M property tests.` (empty when nothing was counted)."""
+    counted = [r for r in results if r.examples is not None]
+    if not counted:
+        return ""
+    total = sum(r.examples or 0 for r in counted)
+    return (f"{total:,} Hypothesis examples in {len(counted)} property "
+            f"test{'s' if len(counted) != 1 else ''}.")
 
 
 def _group(name: str, checks: str, results: list[CaseResult]) -> str:
@@ -119,17 +146,22 @@ def _group(name: str, checks: str, results: list[CaseResult]) -> str:
         color = {"passed": "#1a7f37", "skipped": "#9a6700"}.get(r.outcome, "#cf222e")
         detail = (f"<details><summary>details</summary><pre>{html.escape(r.detail)}</pre>"
                   "</details>" if r.detail else "")
+        examples = "" if r.examples is None else f"{r.examples:,}" + (
+            f" <span class='inv'>(+{r.invalid:,} invalid)</span>" if r.invalid else "")
         rows.append(
             f"<tr><td>{html.escape(r.suite)}</td><td>{html.escape(r.name)}</td>"
             f"<td style='color:{color};font-weight:bold'>{r.outcome}</td>"
-            f"<td>{r.seconds:.1f}s</td><td>{detail}</td></tr>"
+            f"<td class='n'>{examples}</td><td>{r.seconds:.1f}s</td><td>{detail}</td></tr>"
         )
     state = "open" if bad else ""
+    examples_line = _examples_line(results)
+    counted = (f" <span class='examples'>{examples_line}</span>" if examples_line else "")
     return (f"<details {state}><summary><b>{html.escape(name)}</b>: {passed} passed, {bad} "
-            f"failed of {len(results)}. {html.escape(checks)}</summary><table><colgroup>"
-            "<col><col><col class='o'><col class='t'><col></colgroup><tr><th>module</th>"
-            f"<th>test</th><th>outcome</th><th>time</th><th></th></tr>{''.join(rows)}"
-            "</table></details>")
+            f"failed of {len(results)}.{counted}<br><span class='checks'>Checks: "
+            f"{html.escape(checks)}</span></summary><table><colgroup>"
+            "<col><col><col class='o'><col class='x'><col class='t'><col></colgroup><tr>"
+            "<th>module</th><th>test</th><th>outcome</th><th>examples</th><th>time</th>"
+            f"<th></th></tr>{''.join(rows)}</table></details>")
 
 
 def main(argv: list[str] | None = None) -> int:

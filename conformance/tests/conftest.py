@@ -60,3 +60,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     _seed_hypothesis(RUN_SEED)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hypothesis example counts per test into junit (`conformance.hypothesis_counts`): the
+    report index shows them per area."""
+    if not config.pluginmanager.has_plugin("conformance.hypothesis_counts"):
+        config.pluginmanager.import_plugin("conformance.hypothesis_counts")
