@@ -10,15 +10,16 @@ is ok when every workload passed or is known and no known-divergence entry went 
 
 Progress goes to stderr: a tqdm bar (workloads done, the current one's step) on a terminal,
 else one line per workload and one every `progress_every` steps, which is what a CI log wants.
-Upstream vLLM's start-up (importing torch and vllm, ~15 s) happens once, before the first
-workload, under a line saying so, and is reported apart so the first workload's time is its own.
+Each system starts once, before the first workload, under lines saying so (`start_systems`:
+importing torch and vLLM in process, ~15 s, or starting a worker), and its start-up is
+reported apart so the first workload's time is its own. The factories are closed at the end
+(a worker factory stops its worker), whatever happened.
 Upstream's log records and Python warnings go to a log file (`upstream_log`) and the console
 gets one line counting them, instead of half a screen of block-size and Triton notes.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 import warnings
@@ -35,8 +36,8 @@ from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
 from conformance.sched.suite import SUITE, resolve_workload
-from conformance.sched.system import NEEDS_VLLM, resolve_system
-from workloads.model import Workload
+from conformance.sched.system import SystemFactory, close_system, resolve_system
+from workloads.model import EngineConfig, Workload
 
 VERDICTS = ("passed", "known", "failed", "error")
 UPSTREAM_LOGGERS = ("vllm", "torch", "triton")
@@ -78,7 +79,8 @@ class ConformRun:
     outcomes: tuple[WorkloadOutcome, ...]
     stale: tuple[KnownDivergence, ...]
     startup_seconds: float = 0.0
-    """Time spent starting upstream vLLM before the first workload (0: not needed)."""
+    """Time spent starting both systems before the first workload (importing vLLM in process,
+    starting a worker): reported apart, so the first workload's time is its own."""
     log_counts: dict[str, int] = field(default_factory=dict)
     """Upstream log records and warnings by level, as written to the log file."""
 
@@ -157,18 +159,25 @@ def upstream_logs(path: Path | None) -> Iterator[Counter[str]]:
             to_file.close()
 
 
-def start_upstream(names: Sequence[str], out: TextIO) -> float:
-    """Import upstream vLLM now, under a line saying so, if any named system needs it; returns
-    the seconds it took (0.0 when none does)."""
-    if not any(name in NEEDS_VLLM for name in names):
-        return 0.0
-    print("vtwin conform: starting upstream vLLM (importing torch and vllm, ~15 s) ...",
-          file=out, flush=True)
-    started = time.monotonic()
-    importlib.import_module("conformance.sched.upstream_system")
-    importlib.import_module("vllm.v1.core.sched.scheduler")
-    seconds = time.monotonic() - started
-    print(f"vtwin conform: upstream vLLM ready in {seconds:.1f}s", file=out, flush=True)
+def start_systems(factories: Sequence[tuple[str, SystemFactory]], config: EngineConfig,
+                  out: TextIO, prefix: str = "vtwin conform") -> dict[str, float]:
+    """Start every system before the first workload, so no workload's time includes it: build
+    one system per factory for `config` and close it at once (in process, the first upstream
+    build imports torch and vLLM; a worker factory starts its worker, which imports them
+    there). Returns seconds per spec, each also printed on a line of its own. A build that
+    fails here is only noted: the first workload that builds one reports it in full."""
+    seconds: dict[str, float] = {}
+    for spec, factory in factories:
+        print(f"{prefix}: starting {spec} ...", file=out, flush=True)
+        started = time.monotonic()
+        try:
+            close_system(factory(config))
+            note = "ready"
+        except Exception as err:
+            note = f"could not build a system ({type(err).__name__}), started anyway"
+        seconds[spec] = time.monotonic() - started
+        print(f"{prefix}: start-up of {spec}: {note} in {seconds[spec]:.2f}s", file=out,
+              flush=True)
     return seconds
 
 
@@ -191,12 +200,18 @@ def run_conform(
 
     out = sys.stderr if stream is None else stream
     check_level(level)
+    known = [k for k in known if k.for_pair(system, against)]
     left, right = resolve_system(system), resolve_system(against)
-    resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
-    with upstream_logs(log_path) as counts:
-        startup = start_upstream((system, against), out)
-        outcomes = _run_all(resolved, left, right, level, known, trace_dir, integrity_every,
-                            max_steps, progress_every, out)
+    try:
+        resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
+        with upstream_logs(log_path) as counts:
+            startup = 0.0 if not resolved else sum(start_systems(
+                ((system, left), (against, right)), resolved[0][0].config, out).values())
+            outcomes = _run_all(resolved, left, right, level, known, trace_dir,
+                                integrity_every, max_steps, progress_every, out)
+    finally:
+        close_system(left)  # a worker factory stops its worker
+        close_system(right)
     left_name = outcomes[-1].result.left if outcomes else system
     right_name = outcomes[-1].result.right if outcomes else against
     used = [o.waiver for o in outcomes if o.waiver is not None]
