@@ -7,6 +7,18 @@ The file is TOML (`conformance/divergences.toml` by default), one table per entr
     level = "schedule"      # the weakest level this divergence breaks
     reason = "why we accept it, with a link"
 
+An entry may name the pair of systems it is about, as specs (`conformance.specs`; order and
+spelling do not matter, ``upstream`` and ``upstream-0.32.0`` are one system)::
+
+    [[divergence]]
+    id = "hybrid-mamba:end"
+    level = "schedule"
+    systems = ["impl", "vllm==0.33.0"]
+    reason = "..."
+
+Such an entry only exists for runs of that pair; an entry without ``systems`` holds for every
+pair. So one file keeps what is known between the twin and each release apart.
+
 An entry waives a workload's first divergence at a level when the ids match and that level is
 at least as strict as the entry's (a divergence that breaks `schedule` also breaks `renamed`
 and `exact`). An entry that waives nothing in a run that could have hit it (its workload ran,
@@ -26,6 +38,7 @@ from conformance.sched.compare import LEVELS, Divergence, stricter_or_equal
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "divergences.toml"
 _KEYS = frozenset({"id", "level", "reason"})
+_OPTIONAL = frozenset({"systems"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +46,14 @@ class KnownDivergence:
     id: str
     level: str
     reason: str
+    systems: tuple[str, str] | None = None
+    """The pair of system specs this entry is about (None: every pair)."""
+
+    def for_pair(self, left: str, right: str) -> bool:
+        """Whether this entry holds for a run of `left` against `right` (either order)."""
+        if self.systems is None:
+            return True
+        return sorted(map(_canonical, self.systems)) == sorted(map(_canonical, (left, right)))
 
     @property
     def workload(self) -> str:
@@ -68,22 +89,33 @@ def load_known(path: Path) -> tuple[KnownDivergence, ...]:
     if not isinstance(entries, list):
         raise UserError(f"{path}: 'divergence' must be an array of tables ([[divergence]])")
     known = [_entry(path, index, raw) for index, raw in enumerate(entries, 1)]
-    seen: set[str] = set()
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     for index, entry in enumerate(known, 1):
-        if entry.id in seen:
-            raise UserError(f"{path}: divergence #{index}: duplicate id {entry.id!r}")
-        seen.add(entry.id)
+        key = (entry.id, tuple(sorted(map(_canonical, entry.systems or ()))))
+        if key in seen:
+            pair = f" for systems {list(entry.systems)}" if entry.systems else ""
+            raise UserError(f"{path}: divergence #{index}: duplicate id {entry.id!r}{pair}")
+        seen.add(key)
     return tuple(known)
+
+
+def _canonical(spec: str) -> str:
+    """A spec as one string whatever its spelling (`upstream-0.32.0` is `upstream`)."""
+    from conformance.specs import parse_spec
+
+    parsed = parse_spec(spec)
+    return repr((parsed.kind, parsed.version, parsed.path, parsed.target, parsed.scheduler_cls,
+                 parsed.worker))
 
 
 def _entry(path: Path, index: int, raw: object) -> KnownDivergence:
     where = f"{path}: divergence #{index}"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
-    unknown = set(raw) - _KEYS
+    unknown = set(raw) - _KEYS - _OPTIONAL
     if unknown:
         raise UserError(f"{where}: unknown field {sorted(unknown)[0]!r} (fields: id, level, "
-                        "reason)")
+                        "reason, systems)")
     for key in sorted(_KEYS):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise UserError(f"{where}: field {key!r} must be a non-empty string")
@@ -93,7 +125,23 @@ def _entry(path: Path, index: int, raw: object) -> KnownDivergence:
     if raw["level"] not in LEVELS:
         raise UserError(f"{where}: field 'level' must be one of {', '.join(LEVELS)}, "
                         f"got {raw['level']!r}")
-    return KnownDivergence(raw["id"], raw["level"], raw["reason"].strip())
+    return KnownDivergence(raw["id"], raw["level"], raw["reason"].strip(),
+                           _systems(where, raw.get("systems")))
+
+
+def _systems(where: str, raw: object) -> tuple[str, str] | None:
+    if raw is None:
+        return None
+    if not (isinstance(raw, list) and len(raw) == 2
+            and all(isinstance(s, str) and s.strip() for s in raw)):
+        raise UserError(f"{where}: field 'systems' must be two system specs, e.g. "
+                        f'["impl", "vllm==0.33.0"], got {raw!r}')
+    for spec in raw:
+        try:
+            _canonical(spec)
+        except UserError as err:
+            raise UserError(f"{where}: field 'systems': {err}") from None
+    return raw[0].strip(), raw[1].strip()
 
 
 def find_waiver(known: Iterable[KnownDivergence],
