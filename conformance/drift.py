@@ -154,7 +154,7 @@ class Differ:
         occurrence = entry.occurrences.get(self.workload.name)
         if occurrence is None:
             example = {"step": step, "path": path, "left": x, "right": y}
-            if hint is not None:
+            if hint is not None and not downstream:
                 example["hint"] = hint
             occurrence = Occurrence(step, example, downstream=downstream)
             entry.occurrences[self.workload.name] = occurrence

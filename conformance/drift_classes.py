@@ -127,9 +127,10 @@ class Hinter:
         if name in BLOCK_FIELDS:
             return self._block_hint(x, y)
         if name == "num_scheduled_tokens":
+            if not (isinstance(x, int) and isinstance(y, int)):
+                return None
             threshold = self.config.long_prefill_token_threshold
-            if threshold and isinstance(x, int) and isinstance(y, int) \
-                    and (x == threshold) != (y == threshold):
+            if threshold and (x == threshold) != (y == threshold):
                 return (f"one side cuts a prefill chunk at long_prefill_token_threshold "
                         f"({threshold}), the other schedules {max(x, y)} tokens")
             return "a different number of tokens for a request"

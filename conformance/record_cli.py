@@ -52,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run one system on one workload to the end; write a trace that "
                     "`vtwin compare` can compare with another system's.")
     record.add_argument("--system", default="impl", metavar="SPEC",
-                        help="impl, upstream, vllm==X.Y.Z, vllm@PATH, module:factory, ... "
+                        help="a spec: impl, upstream, vllm==X.Y.Z, vllm@PATH, "
+                             "module:factory, SPEC+sched=module:Class, SPEC+worker "
                              "(default impl)")
     record.add_argument("--workload", required=True, metavar="NAME|FILE")
     record.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")

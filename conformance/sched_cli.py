@@ -52,11 +52,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     conform.add_argument("--workload", action="append", metavar="NAME|FILE", dest="workloads",
                          help="a suite entry, bundled workload or workload file (repeatable; "
                               "default: the default suite)")
-    conform.add_argument("--system", default="impl", metavar="NAME",
-                         help="the system under test: impl, upstream or module:factory "
-                              "(default impl)")
-    conform.add_argument("--against", default="upstream", metavar="NAME",
-                         help="the reference system (default upstream, i.e. vLLM 0.32.0)")
+    forms = ("a spec: impl, upstream (the vLLM installed here), vllm==X.Y.Z, vllm@PATH "
+             "(a worker under `vtwin env create`'s environment), module:factory, "
+             "SPEC+sched=module:Class (a plugged-in scheduler class), SPEC+worker")
+    conform.add_argument("--system", default="impl", metavar="SPEC",
+                         help=f"the system under test, {forms} (default impl)")
+    conform.add_argument("--against", default="upstream", metavar="SPEC",
+                         help="the reference system, a spec as for --system (default upstream, "
+                              "i.e. the installed vLLM 0.32.0)")
     _common(conform)
     conform.set_defaults(handler=_conform)
 

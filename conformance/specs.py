@@ -155,6 +155,8 @@ def _parse_base(text: str, rest: str, worker: bool) -> SystemSpec:
 def factory_for(spec: SystemSpec) -> CheckedFactory:
     """The `EngineConfig -> System` factory of a parsed spec (see `resolve_system`)."""
     factory: Callable[[EngineConfig], Any]
+    if spec.kind == "factory" or spec.scheduler_cls is not None:
+        _import_from_cwd()
     if spec.out_of_process:
         from conformance.sched.proxy import worker_factory
 
@@ -172,6 +174,17 @@ def factory_for(spec: SystemSpec) -> CheckedFactory:
     else:
         factory = _import_factory(spec.text, str(spec.target))
     return CheckedFactory(factory, spec.text)
+
+
+def _import_from_cwd() -> None:
+    """Let `module:...` name a module in the current directory, as ``python -m`` would (the
+    `vtwin` entry point does not put it on the path; a worker, run with ``-m``, has it)."""
+    import os
+    import sys
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def _upstream_factory(scheduler_cls: str | None) -> Callable[[EngineConfig], Any]:
