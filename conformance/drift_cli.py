@@ -166,7 +166,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
              f"{s['workloads_differing']}/{s['workloads']} workloads"]
     for c in data["classes"]:
         ex = c["example"]
-        hints = [h["hint"] for h in c["hints"][:2]] or ([ex["hint"]] if "hint" in ex else [])
+        # The example's own hint first (the earliest root step), then the commonest other.
+        hints = [ex["hint"]] if "hint" in ex else []
+        hints += [h["hint"] for h in c["hints"] if h["hint"] not in hints][:2 - len(hints)]
         hint = "".join(f"; {h}" for h in hints)
         root = f"root in {len(c['root_in'])}" if c["root_in"] else "downstream only"
         lines.append(f"  {c['effect']:<11} {c['kind']:<9} {c['class']}: {c['workloads']} "

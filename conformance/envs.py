@@ -53,6 +53,9 @@ DEPS: tuple[str, ...] = (
 )
 """What a `--no-deps` vLLM needs to import its scheduler (msgspec, xxhash, cbor2 and pydantic
 are this project's own dependencies too)."""
+OWN_DEPS: tuple[str, ...] = ("xxhash", "cbor2", "msgspec", "pydantic", "tqdm")
+"""This project's own dependencies, installed in every environment (vtwin itself goes in with
+`--no-deps`, and a CPU build installed with its dependencies does not pull xxhash in)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +180,7 @@ class Builder:
                 stages.append(("dependencies", self.pip(*DEPS, *recipe.extras, TORCH)))
         stages.append(("drop " + "/".join(UNWANTED),
                        [str(self.python), "-m", "pip", "uninstall", "-y", *UNWANTED]))
+        stages.append(("vtwin's own dependencies", self.pip(*OWN_DEPS, TORCH)))
         stages.append(("vtwin (editable)", self.pip("--no-deps", "-e", str(ROOT))))
         probe = ("import json, vllm; from vllm.v1.core.sched.scheduler import Scheduler; "
                  "print(json.dumps(vllm.__version__))")
