@@ -1,6 +1,6 @@
 """pytest plugin for mutation runs (`-p conformance.mutation.plugin`, set in `[tool.mutmut]`).
 
-Three jobs, all inert outside a mutation run except the profile registration:
+Four jobs, all inert outside a mutation run except the profile registration:
 
 - registers the Hypothesis profile `mutation` (HYPOTHESIS_PROFILE=mutation): few, derandomized
   examples (the stats run and every mutant run see the same operation sequences), no example
@@ -9,6 +9,11 @@ Three jobs, all inert outside a mutation run except the profile registration:
   conftest.py, which loads the profile named in HYPOTHESIS_PROFILE.
 - orders the selected tests fastest first (durations from mutmut's stats run), so `-x` stops a
   mutant's run after the cheapest failing test.
+- bounds a mutant's process: address space and CPU time (`VTWIN_MUTANT_MAX_GIB`, default 6;
+  `VTWIN_MUTANT_MAX_CPU_S`, default 900). A mutant that turns a loop into an endless one
+  (`start += size` into `start = size` in the hasher) otherwise grows a list until the machine
+  swaps: measured, two such mutants held both cores for 35 minutes at 3 GB each and rising.
+  Hitting a bound fails the test (MemoryError) or ends the process (SIGXCPU): killed.
 - records what killed each mutant: the first failing test of a run with MUTANT_UNDER_TEST set
   to a mutant name is appended to `mutmut-killers.jsonl` (in mutmut's working directory).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -37,6 +43,16 @@ settings.register_profile(
     database=None,
     phases=[Phase.explicit, Phase.generate],
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("MUTANT_UNDER_TEST", "") in _NOT_A_MUTANT:
+        return
+    gib = float(os.environ.get("VTWIN_MUTANT_MAX_GIB", "6"))
+    cpu_s = int(os.environ.get("VTWIN_MUTANT_MAX_CPU_S", "900"))
+    memory = int(gib * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
 
 
 def _durations() -> dict[str, float]:

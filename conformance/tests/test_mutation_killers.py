@@ -25,7 +25,7 @@ from vllm.v1.core import kv_cache_utils  # noqa: E402
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.suite import ENTRIES, SuiteEntry  # noqa: E402
+from conformance.sched.suite import ENTRIES, SuiteEntry, regression_files  # noqa: E402
 from conformance.sched.system import resolve_system  # noqa: E402
 from impl.core.hashing import get_hash_fn_by_name, none_hash_from_env  # noqa: E402
 from workloads import AbortSpec, Workload, load  # noqa: E402
@@ -152,6 +152,15 @@ def test_extra_workload(name: str) -> None:
     """Workloads beyond the default suite, added where mutants survived it; these run in CI
     too (the default suite does not cover them)."""
     check_exact(EXTRA[name]())
+
+
+@pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "mutation",
+                    reason="test_sched_suite.py runs the regressions outside a mutation run")
+@pytest.mark.parametrize("path", regression_files(), ids=lambda p: p.rsplit("/", 1)[-1])
+def test_regression_workload(path: str) -> None:
+    """Every regression: the divergences fixed once, and the workloads `python -m
+    conformance.mutation hunt` found against surviving mutants (`mutant-*`)."""
+    check_exact(load(path))
 
 
 HASH_INPUTS = [

@@ -22,7 +22,6 @@ class SchedulerStats:
     num_waiting_reqs: int
     kv_cache_usage: float
     prefix_cache_stats: PrefixCacheStats | None
-    num_preemptions: int
 
 
 class SchedulerUpdates:
@@ -34,7 +33,6 @@ class SchedulerUpdates:
     kv_cache_manager: KVCacheManager
     max_model_len: int
     max_num_running_reqs: int
-    num_preemptions: int
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -156,5 +154,4 @@ class SchedulerUpdates:
     def make_stats(self) -> SchedulerStats:
         running, waiting = self.get_request_counts()
         return SchedulerStats(running, waiting, self.kv_cache_manager.usage,
-                              self.kv_cache_manager.make_prefix_cache_stats(),
-                              self.num_preemptions)
+                              self.kv_cache_manager.make_prefix_cache_stats())

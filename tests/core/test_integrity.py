@@ -77,6 +77,17 @@ def test_a_block_table_holding_a_free_block_is_caught() -> None:
         manager.check_integrity()
 
 
+def test_the_manager_checks_ref_counts_against_every_block_table() -> None:
+    """One reference too many (a leaked `touch`) keeps the block active and out of the queue,
+    so only counting the holders over all block tables finds it."""
+    manager = make_manager(10, FullAttentionSpec(block_size=4))
+    request = make_request("a", range(10))
+    assert admit(manager, request) == [[1, 2, 3]]
+    manager.coordinator.managers[0].req_to_blocks["a"][2].ref_cnt = 2
+    with pytest.raises(IntegrityError, match=r"id=3.*ref_cnt 2 != 1 holders"):
+        manager.check_integrity()
+
+
 def test_a_cached_count_beyond_the_table_is_caught() -> None:
     manager = make_manager(10, FullAttentionSpec(block_size=4),
                            SlidingWindowSpec(block_size=4, sliding_window=4))

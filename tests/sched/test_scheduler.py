@@ -52,6 +52,24 @@ def test_fcfs_preempts_the_most_recently_admitted_request() -> None:
     assert scheduler.requests["b"].status == RequestStatus.PREEMPTED
     assert scheduler.requests["b"].num_computed_tokens == 0
 
+    assert scheduler.num_preemptions == 1 and scheduler.requests["b"].num_preemptions == 1
+
+
+def test_preemption_counters_count_every_preemption() -> None:
+    """"b" is preempted at step 1 when "a" needs a 3rd block; at step 33 "a" needs a 5th of 4
+    usable blocks while "b" is back in: "a" is preempted in turn. The engine-wide counter (the
+    runner tests' evidence that a workload preempts) counts both, each request its own."""
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=40))
+    scheduler.add_request(make_request("b", range(200, 232), max_tokens=40))
+    preempted = {}
+    for index in range(40):
+        out, _ = step(scheduler)
+        preempted.update({rid: index for rid in out.preempted_req_ids})
+    assert preempted == {"b": 1, "a": 33}
+    assert scheduler.num_preemptions == 2
+    assert [scheduler.requests[r].num_preemptions for r in "ab"] == [1, 1]
+
 
 def test_priority_preempts_the_least_important_request() -> None:
     scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64, policy="priority")
@@ -72,7 +90,10 @@ def test_resumed_request_gets_its_full_token_ids_again() -> None:
         step(scheduler)
     out, _ = step(scheduler)
     cached = out.scheduled_cached_reqs
-    assert cached.resumed_req_ids == {"b"} and "b" in cached.all_token_ids
+    assert cached.resumed_req_ids == {"b"}
+    # The prompt and the token sampled before the preemption (the step then sampled one more).
+    assert cached.all_token_ids["b"] == scheduler.requests["b"].all_token_ids[:33]
+    assert cached.all_token_ids["b"][:32] == list(range(200, 232))
 
 
 def test_prefix_hit_skips_cached_tokens() -> None:
