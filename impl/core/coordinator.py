@@ -124,7 +124,9 @@ class KVCacheCoordinator:
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int
     ) -> tuple[PerGroupBlocks, int]:
-        return tuple([] for _ in self.managers), 0
+        """Overridden by the coordinators that cache; with prefix caching off the manager never
+        searches (`get_computed_blocks` answers no hit before asking)."""
+        raise NotImplementedError("prefix caching is off: there is no cache-hit search")
 
     def new_step_starts(self) -> None:
         for manager in self.managers:
