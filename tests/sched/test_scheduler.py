@@ -137,6 +137,21 @@ def test_abort_frees_blocks_and_is_reported_next_step() -> None:
     assert out.finished_req_ids == {"a"} and not scheduler.has_unfinished_requests()
 
 
+def test_abort_takes_many_ids_and_ignores_unknown_and_finished_ones() -> None:
+    """The engine aborts a batch of ids in one call (a client disconnect drops every request
+    of a connection); ids it does not know, or already finished, are skipped."""
+    scheduler = make_scheduler()
+    for start, rid in ((100, "a"), (200, "b"), (300, "c")):
+        scheduler.add_request(make_request(rid, range(start, start + 20)))
+    step(scheduler)
+    scheduler.finish_requests("c", RequestStatus.FINISHED_ABORTED)
+    finished = scheduler.finish_requests(["a", "nope", "c", "b"], RequestStatus.FINISHED_ABORTED)
+    assert [r.request_id for r in finished] == ["a", "b"]
+    assert not scheduler.running and not scheduler.has_unfinished_requests()
+    out, _ = step(scheduler)
+    assert out.finished_req_ids == {"a", "b", "c"}
+
+
 def test_rejected_drafts_are_clawed_back() -> None:
     scheduler = make_scheduler(num_spec_tokens=3)
     scheduler.add_request(make_request("a", range(10)))
