@@ -25,6 +25,7 @@ from conformance.drift import DriftClass, WorkloadDrift, drift_workload
 from conformance.drift_classes import FIELD_KINDS
 from conformance.errors import UserError
 from conformance.sched.conform import start_systems, upstream_logs
+from conformance.sched.divergences import DEFAULT_PATH, KnownDivergence, load_known
 from conformance.sched.suite import resolve_workload, suite_names
 from conformance.sched.system import close_system, resolve_system
 from conformance.specs import FORMS
@@ -59,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drift.add_argument("--json", type=Path, metavar="OUT", help="write JSON here ('-': stdout)")
     drift.add_argument("--report", type=Path, metavar="DIR",
                        help="write drift.json, drift.txt and upstream.log into DIR")
+    drift.add_argument("--known", type=Path, default=DEFAULT_PATH, metavar="FILE",
+                       help="known divergences: entries for this pair mark the classes they "
+                            "name as known (default conformance/divergences.toml)")
     drift.add_argument("--max-steps", type=int, default=None, metavar="N",
                        help="stop a side after N steps (default: generous)")
     drift.set_defaults(handler=_drift)
@@ -79,7 +83,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def run_drift(left_spec: str, right_spec: str, names: Sequence[str], *,
               ignore: Sequence[str] = (), max_steps: int | None = None,
-              out: TextIO | None = None, log_path: Path | None = None) -> dict[str, Any]:
+              out: TextIO | None = None, log_path: Path | None = None,
+              known: Sequence[KnownDivergence] = ()) -> dict[str, Any]:
     """Drift between two specs over workloads, as the JSON `vtwin drift --json` writes."""
     stream = sys.stderr if out is None else out
     started = time.monotonic()
@@ -107,8 +112,23 @@ def run_drift(left_spec: str, right_spec: str, names: Sequence[str], *,
     finally:
         close_system(left)
         close_system(right)
-    return _as_json(left_spec, right_spec, results, found, ignore, startup,
+    data = _as_json(left_spec, right_spec, results, found, ignore, startup,
                     time.monotonic() - started, dict(counts))
+    _mark_known(data, [k for k in known if k.for_pair(left_spec, right_spec)])
+    return data
+
+
+def _mark_known(data: dict[str, Any], known: Sequence[KnownDivergence]) -> None:
+    """Occurrences a known-divergence entry of this pair names (``WORKLOAD:FIELD``) carry its
+    reason; a class known in every workload it shows in is `known` itself."""
+    reasons = {k.id: k.reason for k in known}
+    for c in data["classes"]:
+        field_name = c["class"].split(".", 1)[0]
+        for workload, occurrence in c["per_workload"].items():
+            reason = reasons.get(f"{workload}:{field_name}")
+            if reason is not None:
+                occurrence["known"] = reason
+        c["known"] = all("known" in o for o in c["per_workload"].values())
 
 
 def _workload_line(r: WorkloadDrift) -> str:
@@ -171,7 +191,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         hints += [h["hint"] for h in c["hints"] if h["hint"] not in hints][:2 - len(hints)]
         hint = "".join(f"; {h}" for h in hints)
         root = f"root in {len(c['root_in'])}" if c["root_in"] else "downstream only"
-        lines.append(f"  {c['effect']:<11} {c['kind']:<9} {c['class']}: {c['workloads']} "
+        known = " (known)" if c.get("known") else ""
+        lines.append(f"  {c['effect']:<11} {c['kind']:<9} {c['class']}{known}: {c['workloads']} "
                      f"workloads ({root}), {c['steps']} steps; first {ex['workload']} step "
                      f"{ex['step']} {ex['path']}: {_short(ex['left'])} != "
                      f"{_short(ex['right'])}{hint}")
@@ -192,8 +213,9 @@ def _drift(args: argparse.Namespace) -> int:
     names = args.workloads or default_workloads()
     log_path = (args.report / "upstream.log" if args.report is not None
                 else Path(tempfile.gettempdir()) / "vtwin-drift-upstream.log")
+    known = load_known(args.known)
     data = run_drift(args.left, args.right, names, ignore=args.ignore,
-                     max_steps=args.max_steps, log_path=log_path)
+                     max_steps=args.max_steps, log_path=log_path, known=known)
     lines = summary_lines(data)
     text = json.dumps(data, indent=1, default=str)
     if args.report is not None:

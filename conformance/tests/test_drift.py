@@ -15,6 +15,7 @@ import pytest
 from conformance.cli import main
 from conformance.drift import drift_workload
 from conformance.drift_cli import PROBES_DIR, default_workloads, run_drift
+from conformance.sched.divergences import load_known
 from conformance.sched.impl_system import ImplSystem
 from conformance.sched.system import RunnerOutput, Scheduled, Update
 from conformance.tests.test_sched_planted import FREE_ORDER, ForwardFreeImpl
@@ -126,3 +127,16 @@ def test_the_probes_load_and_run_by_default(tmp_path: Path) -> None:
         workload = load(probe)
         assert workload.name.startswith("drift-")
         dump(workload, tmp_path / probe.name)  # round-trips
+
+
+def test_known_entries_of_the_pair_mark_classes(tmp_path: Path) -> None:
+    known = tmp_path / "known.toml"
+    known.write_text('[[divergence]]\nid = "decode-heavy:prefix_cache"\nlevel = "exact"\n'
+                     f'reason = "planted"\nsystems = ["impl", "{PLANTED}"]\n'
+                     '[[divergence]]\nid = "decode-heavy:num_common_prefix_blocks"\n'
+                     'level = "exact"\nreason = "other pair"\nsystems = ["impl", "upstream"]\n')
+    data = run_drift(PLANTED, "impl", ["decode-heavy"], known=load_known(known))
+    classes = {c["class"]: c for c in data["classes"]}
+    assert classes["prefix_cache.queries"]["known"] is True
+    assert classes["prefix_cache.queries"]["per_workload"]["decode-heavy"]["known"] == "planted"
+    assert classes["num_common_prefix_blocks"]["known"] is False
