@@ -43,6 +43,7 @@ table.diff td{border:none;padding:0 4px;white-space:pre-wrap;word-break:break-al
 .diff_chg{background:#fff8c5}
 .diff_sub{background:#ffebe9}
 table.blocks td.changed{outline:2px solid #cf222e;outline-offset:-2px}
+table.blocks td.differs{outline:2px solid #bc4c00;outline-offset:-2px}
 table.blocks tr.fact td,table.blocks tr.fact th{background:#f6f8fa;font-size:90%}
 table.config th{font-weight:normal;color:#57606a}
 .chart{width:100%;min-height:300px}

@@ -10,10 +10,12 @@ sorts them, exactly as for upstream.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from conformance.kv.systems import _impl_spec
 from conformance.sched.system import (
+    FREE_HEAD,
     BlockCounts,
     BlockIds,
     CachedRequest,
@@ -161,13 +163,16 @@ class ImplSystem:
         s = self.scheduler
         pool = s.kv_cache_manager.block_pool
         free = pool.get_num_free_blocks()
-        cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is not None)
+        cached = tuple(b.block_id for b in pool.blocks
+                       if b.ref_cnt == 0 and b.block_hash is not None)
         waiting = [r.request_id for r in s.skipped_waiting]
         waiting += [r.request_id for r in s.waiting]
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
-            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, cached, free - cached),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            free_head=tuple(b.block_id for b in islice(pool.free_block_queue, FREE_HEAD)),
+            cached_ids=cached,
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:

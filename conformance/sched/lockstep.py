@@ -101,6 +101,18 @@ class StallReport:
 
 
 @dataclass(frozen=True, slots=True)
+class DivergenceState:
+    """Both systems' state right after the step where `level` first diverged (read then, once
+    per level: the block timeline's last column, with the free queue's head and the cached
+    block ids that the records do not carry)."""
+
+    level: str
+    step: int
+    left: SystemState
+    right: SystemState
+
+
+@dataclass(frozen=True, slots=True)
 class LockstepResult:
     workload: str
     left: str
@@ -115,6 +127,7 @@ class LockstepResult:
     stall: StallReport | None = None
     activity: Activity = Activity(0, 0, 0, 0, 0, 0)
     """What the left system's run exercised (preemptions, evictions, padding, hits)."""
+    divergence_states: tuple[DivergenceState, ...] = ()
 
     @property
     def level_reached(self) -> str | None:
@@ -157,6 +170,7 @@ def run_lockstep(
     side = 0
     stall: StallReport | None = None
     systems: list[System] = []
+    snapped: dict[str, DivergenceState] = {}
     try:
         for side, factory in enumerate((left, right)):
             systems.append(factory(workload.config))
@@ -210,6 +224,11 @@ def run_lockstep(
             right_json = None if right_record is None else right_record.to_json()
             for comparer in comparers:
                 comparer.feed(left_record, right_record, left_json, right_json)
+                divergence = comparer.divergence
+                if divergence is not None and divergence.level not in snapped:
+                    snapped[divergence.level] = DivergenceState(
+                        divergence.level, divergence.step, systems[0].state(),
+                        systems[1].state())
             step += 1
             if comparers[-1].divergence is not None:
                 # The schedules parted. One side going idle right there is the usual shape
@@ -232,7 +251,7 @@ def run_lockstep(
         divergences=divergences, error=error, error_detail=detail,
         seconds=time.monotonic() - started,
         left_series=Series.of(records[0]), right_series=Series.of(records[1]), stall=stall,
-        activity=Activity.of(records[0]),
+        activity=Activity.of(records[0]), divergence_states=tuple(snapped.values()),
     )
 
 

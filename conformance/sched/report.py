@@ -44,6 +44,7 @@ from conformance.sched.html_runs import render_runs
 from conformance.sched.html_timeline import timeline_json
 from conformance.sched.liveness import state_json
 from conformance.sched.lockstep import LockstepResult, Series
+from conformance.sched.trace import state_json as trace_state_json
 
 REPORT_FORMAT = "vtwin-conform-report/2"
 DEFAULT_REPORT_DIR = Path("reports") / "conformance"
@@ -94,6 +95,9 @@ def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
                                               "reason": waiver.reason},
         "divergences": [d.to_json() for d in r.divergences],
         "traces": list(outcome.traces),
+        "divergence_states": {d.level: {"step": d.step, "left": trace_state_json(d.left),
+                                        "right": trace_state_json(d.right)}
+                              for d in r.divergence_states},
         "series": {"left": series_json(r.left_series), "right": series_json(r.right_series)},
     }
 

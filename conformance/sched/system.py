@@ -174,13 +174,25 @@ def external_hash(value: bytes | int) -> str:
     return f"{value & ((1 << 64) - 1):016x}"
 
 
+FREE_HEAD = 8
+"""Free-queue entries a snapshot keeps: the next blocks an allocation would take."""
+
+
 @dataclass(frozen=True, slots=True)
 class SystemState:
-    """Queues (in the order the scheduler would visit them) and block counts."""
+    """Queues (in the order the scheduler would visit them) and block counts.
+
+    `free_head` (the first `FREE_HEAD` free block ids, in eviction order) and `cached_ids`
+    (sorted ids of the free blocks that still hold a prefix-cache hash: the `cached` count's
+    blocks) are for the divergence view's block timeline only, and optional: a system that
+    cannot see them leaves them None. They are never compared, so they add no observable the
+    lockstep levels would have to agree on."""
 
     running: tuple[str, ...]
     waiting: tuple[str, ...]
     blocks: BlockCounts
+    free_head: tuple[int, ...] | None = None
+    cached_ids: tuple[int, ...] | None = None
 
 
 @runtime_checkable

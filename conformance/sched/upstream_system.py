@@ -21,6 +21,7 @@ from typing import Any
 
 from conformance.errors import UserError
 from conformance.sched.system import (
+    FREE_HEAD,
     BlockCounts,
     BlockIds,
     CachedRequest,
@@ -229,13 +230,31 @@ class UpstreamSystem:
         free = pool.get_num_free_blocks()
         # `_block_hash` rather than the `block_hash` property: this runs over the whole pool
         # every step. The null block has no hash, so it is never counted.
-        cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and b._block_hash is not None)
+        cached = tuple(b.block_id for b in pool.blocks
+                       if b.ref_cnt == 0 and b._block_hash is not None)
         waiting = [r.request_id for q in self.waiting_queues() for r in q]
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
-            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, cached, free - cached),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            free_head=self.free_head(pool.free_block_queue),
+            cached_ids=cached,
         )
+
+    @staticmethod
+    def free_head(queue: Any) -> tuple[int, ...] | None:
+        """The first `FREE_HEAD` free block ids in eviction order, walking upstream's doubly
+        linked free list from its sentinel head (never the whole list: this runs every step).
+        None when the queue is not the linked list this era has."""
+        node = getattr(getattr(queue, "fake_free_list_head", None), "next_free_block", None)
+        tail = getattr(queue, "fake_free_list_tail", None)
+        if node is None or tail is None:
+            return None
+        ids: list[int] = []
+        while node is not None and node is not tail and len(ids) < FREE_HEAD:
+            ids.append(node.block_id)
+            node = node.next_free_block
+        return tuple(ids)
 
     def waiting_queues(self) -> tuple[Any, ...]:
         """The scheduler's waiting queues, in the order it visits them."""

@@ -85,6 +85,9 @@ def test_a_failing_report_in_the_browser(browser: Any, tmp_path: Path,
         assert chart.locator(".shapelayer path").count() >= 1
         assert "divergence (exact) at step 2" in (chart.locator(".annotation").text_content() or "")
     assert page.locator("table.blocks td.changed").count() >= 2
+    # The free queue heads part (the planted bug frees head first), outlined on both sides.
+    assert page.locator("table.blocks td.differs").count() >= 2
+    assert page.locator("table.blocks td.differs").first.is_visible()
     page.close()
 
 

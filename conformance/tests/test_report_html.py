@@ -49,6 +49,17 @@ def test_the_failing_page_shows_what_to_act_on(tmp_path: Path,
     assert w["timeline"]["sides"][0]["source"] == "trace"
     assert "Block timeline up to step 2" in page and "class='changed'" in page
     assert "href='traces/planted.left-impl-forward-free.trace.jsonl'" in page
+    # Each system's free queue head and cached ids, per step (before it) from the traces and
+    # right after the divergent step: the planted bug frees blocks head first, so the free
+    # queues part at step 1 and explain the different ids at step 2.
+    left, right = w["timeline"]["sides"]
+    assert [c["step"] for c in left["columns"]] == [0, 1, 2, 2] and left["columns"][-1]["after"]
+    assert left["columns"][1]["free_head"] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert right["columns"][1]["free_head"] == [4, 3, 2, 1, 5, 6, 7, 8]
+    assert all(c["cached_ids"] == "" for c in left["columns"])
+    assert "<th>free queue head</th>" in page and "<th>cached block ids</th>" in page
+    assert "<th>after step 2</th>" in page
+    assert page.count("<td class='differs'><code>4, 3, 2, 1, 5, 6, 7, 8, ...</code>") == 2
 
 
 def test_without_traces_the_timeline_uses_the_records(tmp_path: Path,
@@ -58,6 +69,12 @@ def test_without_traces_the_timeline_uses_the_records(tmp_path: Path,
     [w] = data["workloads"]
     assert w["timeline"]["sides"][1]["source"] == "records"
     assert "run with --traces for whole tables" in page and "No traces for this run" in page
+    # Without traces the state right after the divergent step is still shown, read then.
+    after = [side["columns"][-1] for side in w["timeline"]["sides"]]
+    assert [(c["after"], c["free_head"]) for c in after] == [
+        (True, [3, 4, 5, 6, 7, 8, 9, 10]), (True, [2, 1, 5, 6, 7, 8, 9, 10])]
+    assert w["divergence_states"]["exact"]["step"] == 2
+    assert "<td class='differs'><code>2, 1, 5, 6, 7, 8, 9, 10, ...</code></td>" in page
 
 
 def test_plotly_js_is_embedded_exactly_once(tmp_path: Path,
@@ -83,3 +100,13 @@ def test_suite_entries_show_what_they_cover_not_their_base(
     capsys.readouterr()
     page = (out / "conform.html").read_text()
     assert "<b>Covers:</b> hybrid full + mamba." in page
+
+
+def test_cached_ids_read_as_runs() -> None:
+    from conformance.sched.html_timeline import ranges
+    from conformance.sched.trace import id_ranges, parse_id_ranges
+
+    assert ranges([9, 3, 4, 5, 12, 7, 8]) == "3-5, 7-9, 12"
+    assert ranges(list(range(0, 40, 2)), most=3) == "0, 2, 4, ... (20 ids)"
+    assert id_ranges([9, 3, 4, 5, 12, 7, 8]) == "3-5,7-9,12" and id_ranges([]) == ""
+    assert parse_id_ranges("3-5,7-9,12") == [3, 4, 5, 7, 8, 9, 12] and parse_id_ranges("") == []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.sched.trace import TRACE_FORMAT, read_trace
+from conformance.sched.trace import TRACE_FORMAT, parse_id_ranges, read_trace
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -83,7 +83,12 @@ def test_trace_lines_keep_before_events_and_after(tmp_path: Path) -> None:
     steps = lines[1:]
     assert [s["step"] for s in steps] == list(range(len(steps)))
     assert set(steps[0]) == {"step", "before", "events", "after"}
-    assert set(steps[0]["before"]) == {"running", "waiting", "blocks"}
+    assert set(steps[0]["before"]) == {"running", "waiting", "blocks", "free_head",
+                                       "cached_ids"}
+    # The timeline's view (display only): the cached ids are the cached count's blocks.
+    assert all(len(parse_id_ranges(s["before"]["cached_ids"])) == s["before"]["blocks"]["cached"]
+               for s in steps)
+    assert any(s["before"]["cached_ids"] for s in steps)
     assert set(steps[0]["before"]["blocks"]) == {"active", "cached", "empty"}
     # Blocks are active, cached or empty, never two of them: they add up to the usable pool.
     usable = 40
