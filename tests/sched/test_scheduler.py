@@ -104,6 +104,27 @@ def test_prefix_hit_skips_cached_tokens() -> None:
     out, _ = step(scheduler)
     (new,) = out.scheduled_new_reqs
     assert new.num_computed_tokens == 48 and scheduled(out)["b"] == 2
+    assert [scheduler.requests[r].num_cached_tokens for r in "ab"] == [0, 48]
+
+
+def test_cached_tokens_are_counted_at_the_first_scheduling_only() -> None:
+    """The prefix-cache hit a request reports is the one it got when first scheduled: "b"
+    starts with no hit, is preempted at step 17 and resumes at step 40 on one block of its own
+    that survived eviction, which must not count as cached prompt."""
+    scheduler = make_scheduler(num_blocks=7, max_num_batched_tokens=64)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=40))
+    b = make_request("b", range(200, 232), max_tokens=40)
+    scheduler.add_request(b)
+    assert b.num_cached_tokens == -1  # not scheduled yet
+    preempted, resumed = {}, {}
+    for index in range(41):
+        out, _ = step(scheduler)
+        cached = out.scheduled_cached_reqs
+        preempted.update({rid: index for rid in out.preempted_req_ids})
+        resumed.update({rid: (index, cached.num_computed_tokens[cached.req_ids.index(rid)])
+                        for rid in cached.resumed_req_ids})
+    assert preempted == {"b": 17} and resumed == {"b": (40, 16)}  # back on a 16-token hit
+    assert b.num_cached_tokens == 0
 
 
 def test_stop_order_eos_then_stop_ids_then_length() -> None:
