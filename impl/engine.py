@@ -111,7 +111,7 @@ class LLMEngine:
                              f"{self.scheduler_config.max_model_len}")
         eos = self.model.config.eos_token_id
         request = Request(request_id, prompt_token_ids, max_tokens=params.max_tokens,
-                          min_tokens=params.min_tokens, stop_token_ids=params.stop_token_ids,
+                          stop_token_ids=params.stop_token_ids,
                           eos_token_id=eos, ignore_eos=params.ignore_eos,
                           block_hasher=self.hasher)
         self.scheduler.add_request(request)

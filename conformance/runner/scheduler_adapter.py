@@ -74,7 +74,7 @@ class ImplSchedulerAdapter:
         self.upstream_requests[request.request_id] = request
         self.impl.add_request(Request(
             request.request_id, list(request.prompt_token_ids), max_tokens=request.max_tokens,
-            min_tokens=params.min_tokens, stop_token_ids=params.stop_token_ids or (),
+            stop_token_ids=params.stop_token_ids or (),
             eos_token_id=params.eos_token_id, ignore_eos=params.ignore_eos,
             priority=request.priority, arrival_time=request.arrival_time,
             cache_salt=request.cache_salt, block_hasher=self.hasher))

@@ -88,7 +88,7 @@ class ImplSystem:
         lora = request.lora_name
         self.scheduler.add_request(Request(
             request.request_id, request.prompt_token_ids,
-            max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+            max_tokens=request.max_tokens,
             stop_token_ids=request.stop_token_ids, eos_token_id=request.eos_token_id,
             ignore_eos=request.ignore_eos, priority=request.priority, arrival_time=arrival_time,
             cache_salt=request.cache_salt, lora_name=lora,

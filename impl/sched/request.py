@@ -37,7 +37,7 @@ FINISH_REASONS: dict[RequestStatus, str] = {
 class Request:
     __slots__ = (
         "request_id", "prompt_token_ids", "all_token_ids", "output_token_ids", "num_prompt_tokens",
-        "num_computed_tokens", "block_hashes", "max_tokens", "min_tokens", "stop_token_ids",
+        "num_computed_tokens", "block_hashes", "max_tokens", "stop_token_ids",
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
@@ -51,7 +51,6 @@ class Request:
         prompt_token_ids: Iterable[int],
         *,
         max_tokens: int = 16,
-        min_tokens: int = 0,
         stop_token_ids: Iterable[int] = (),
         eos_token_id: int | None = None,
         ignore_eos: bool = False,
@@ -70,7 +69,6 @@ class Request:
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.num_computed_tokens = 0
         self.max_tokens = max_tokens
-        self.min_tokens = min_tokens
         self.stop_token_ids = tuple(stop_token_ids)
         self.eos_token_id = eos_token_id
         self.ignore_eos = ignore_eos
