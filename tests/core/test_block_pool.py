@@ -91,6 +91,18 @@ def test_usage_counts_only_usable_blocks() -> None:
     assert pool.get_usage() == pytest.approx(0.5)
 
 
+def test_usage_of_the_smallest_pools() -> None:
+    """A pool of one block has only the null block: nothing usable, usage 0 (not a division by
+    zero); a pool of two has one usable block, fully used once it is handed out."""
+    assert BlockPool(1, enable_caching=True, hash_block_size=4).get_usage() == 0.0
+    pool = BlockPool(2, enable_caching=True, hash_block_size=4)
+    assert pool.get_usage() == 0.0
+    (block,) = pool.get_new_blocks(1)
+    assert pool.get_usage() == 1.0
+    pool.free_blocks([block])
+    assert pool.get_usage() == 0.0
+
+
 def test_asking_for_too_many_blocks_raises_and_keeps_state() -> None:
     pool = BlockPool(3, enable_caching=True, hash_block_size=4)
     with pytest.raises(ValueError, match="Cannot get 3 free blocks"):
