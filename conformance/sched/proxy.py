@@ -16,6 +16,7 @@ the call, the exit code and the worker's last stderr lines.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import sys
@@ -136,12 +137,18 @@ class WorkerProcess:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self._in.close()
+            with contextlib.suppress(OSError):  # a killed worker: the flush finds no reader
+                self._in.close()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._drain.join(timeout=2)  # stderr is at its end once the worker has exited
+        for pipe in (self._in, self._out, self.proc.stderr):
+            if pipe is not None and not pipe.closed:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 class ProxySystem:
