@@ -29,7 +29,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.drift_classes import SCHEDULE_KINDS, Hinter, classes_of, kind_of
+from conformance.drift_classes import (
+    OPTIONAL_FIELDS,
+    SCHEDULE_KINDS,
+    Hinter,
+    classes_of,
+    kind_of,
+)
 from conformance.sched.driver import Driver, Step
 from conformance.sched.liveness import Stalled
 from conformance.sched.system import SystemFactory, close_system
@@ -130,6 +136,8 @@ class Differ:
         self.hinter.at(a, b)
         for name in a:
             if name == "step" or a[name] == b[name]:
+                continue
+            if name in OPTIONAL_FIELDS and (a[name] is None or b[name] is None):
                 continue
             if name in self.ignore:
                 self.result.ignored[name] += 1

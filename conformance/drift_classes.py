@@ -25,18 +25,22 @@ FIELD_KINDS: dict[str, str] = {
                      "finished", "aborted", "applied_step", "outputs", "finish_reasons",
                      "num_running", "num_waiting", "end"), "schedule"),
     **dict.fromkeys(("new_block_ids", "block_tables", "new_block_hashes", "blocks", "events",
-                     "none_hash"), "kv-cache"),
+                     "none_hash", "free_head", "cached_digest"), "kv-cache"),
     **dict.fromkeys(("num_common_prefix_blocks", "prefix_cache", "scheduler_stats"),
                     "reported"),
 }
 """Every comparable field and its kind; `--ignore-field` accepts exactly these names."""
+OPTIONAL_FIELDS = frozenset({"free_head", "cached_digest"})
+"""Observed by some adapters only (None: not observed): compared when both sides have them."""
 SCHEDULE_KINDS = frozenset({"schedule"})
 SPLIT_FIELDS = frozenset({"blocks", "prefix_cache", "scheduler_stats"})
 BLOCK_FIELDS = frozenset({"new_block_ids", "block_tables"})
 
 
 def kind_of(cls: str) -> str:
-    return FIELD_KINDS[cls.split(".", 1)[0]]
+    """A field's kind; a field added to the records later counts as KV-cache state until it
+    is listed here."""
+    return FIELD_KINDS.get(cls.split(".", 1)[0], "kv-cache")
 
 
 def classes_of(name: str, x: Any, y: Any) -> Iterator[tuple[str, str, Any, Any]]:

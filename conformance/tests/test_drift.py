@@ -76,7 +76,9 @@ def test_ignore_field_reveals_what_it_hid() -> None:
 def test_a_planted_free_order_is_named_by_its_hint() -> None:
     found: dict[str, Any] = {}
     result = drift_workload(FREE_ORDER, (ForwardFreeImpl, ImplSystem), found)
-    assert result.first == "new_block_ids" and result.first_step == 2
+    # (Where the records carry the free queue's head, that differs first, at free time.)
+    assert result.first in ("new_block_ids", "free_head")
+    assert found["new_block_ids"].occurrences[FREE_ORDER.name].first_step == 2
     assert result.parted_at is None  # the schedule never changes
     hints = found["new_block_ids"].hints
     assert any("freed" in hint for hint in hints), hints
