@@ -1,7 +1,7 @@
 """Known divergences per pair of systems: an entry with `systems` holds only for runs of that
 pair (either order, any spelling of the same spec), is never stale in a run of another pair,
 and is stale (an error) in a run of its own pair that it does not match. Twin against a planted
-variant of itself, so no upstream vLLM is needed."""
+variant of itself (`test_drift.PlantedImpl`), so no upstream vLLM is needed."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import pytest
 from conformance.errors import UserError
 from conformance.sched.divergences import load_known
 from conformance.sched_cli import main
-from conformance.tests.test_sched_planted import FREE_ORDER
-from workloads import dump
 
-VARIANT = "conformance.tests.test_sched_planted:ForwardFreeImpl"
-ENTRY = '[[divergence]]\nid = "planted:new_block_ids"\nlevel = "renamed"\nreason = "r"\n'
+VARIANT = "conformance.tests.test_drift:PlantedImpl"  # num_common_prefix_blocks from step 0
+ENTRY = ('[[divergence]]\nid = "decode-heavy:num_common_prefix_blocks"\nlevel = "renamed"\n'
+         'reason = "r"\n')
 
 
 def known(tmp_path: Path, *entries: str) -> Path:
@@ -39,7 +38,8 @@ def test_one_id_may_be_known_for_two_pairs_but_not_twice_for_one(tmp_path: Path)
     a = ENTRY + 'systems = ["impl", "vllm==0.33.0"]\n'
     b = ENTRY + 'systems = ["impl", "vllm==0.19.1"]\n'
     assert len(load_known(known(tmp_path, a, b))) == 2
-    with pytest.raises(UserError, match="duplicate id 'planted:new_block_ids' for systems"):
+    with pytest.raises(UserError, match="duplicate id 'decode-heavy:num_common_prefix_blocks' "
+                                        "for systems"):
         load_known(known(tmp_path, a, ENTRY + 'systems = ["vllm==0.33.0", "impl"]\n'))
 
 
@@ -55,11 +55,8 @@ def test_a_bad_systems_field_is_one_line(tmp_path: Path, systems: str, message: 
 
 def test_entries_waive_and_go_stale_per_pair(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    workload = tmp_path / "free-order.jsonl"
-    dump(FREE_ORDER, workload)
-
     def conform(known_path: Path, system: str) -> tuple[int, str]:
-        code = main(["conform", "--workload", str(workload), "--system", system,
+        code = main(["conform", "--workload", "decode-heavy", "--system", system,
                      "--against", "impl", "--report", str(tmp_path / "r"),
                      "--known", str(known_path)])
         return code, capsys.readouterr().err
@@ -74,7 +71,7 @@ def test_entries_waive_and_go_stale_per_pair(tmp_path: Path,
     code, err = conform(this_pair, VARIANT)
     assert code == 0 and "known at exact" in err
     # The same entry in a run of its own pair that it does not match is stale.
-    stale = known(tmp_path, '[[divergence]]\nid = "planted:preempted"\nlevel = "exact"\n'
+    stale = known(tmp_path, '[[divergence]]\nid = "decode-heavy:preempted"\nlevel = "exact"\n'
                             f'reason = "r"\nsystems = ["{VARIANT}", "impl"]\n')
     code, err = conform(stale, VARIANT)
-    assert code == 1 and "stale known divergence 'planted:preempted'" in err
+    assert code == 1 and "stale known divergence 'decode-heavy:preempted'" in err
