@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
-from conformance.sched.record import StepRecord
+from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
 from conformance.sched.system import (
     BlockCounts,
@@ -203,6 +203,8 @@ class Driver:
             prefix_cache=None if update is None else update.prefix_cache,
             events=events,
             scheduler_stats=None if update is None else update.scheduler_stats,
+            free_head=after.free_head,
+            cached_digest=cached_digest(after.cached_ids),
         )
         return Step(before, record, events)
 

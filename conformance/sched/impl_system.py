@@ -58,6 +58,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes) -> Any:
         hash_algo=config.hash_algo,
         block_size=config.block_size,
         hash_block_size=config.hash_block_size,
+        enable_kv_cache_events=True,  # events are compared, as upstream's are published
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -78,7 +79,6 @@ class ImplSystem:
         none_hash = none_hash_from_env(config.hash_algo)
         self.none_hash = bytes(none_hash).hex()
         self.scheduler: Any = build_impl_scheduler(config, none_hash)
-        self.scheduler.kv_cache_manager.block_pool.enable_kv_cache_events = True
         self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
                                           none_hash)
 

@@ -21,6 +21,8 @@ batch had its output applied in this step (always `step` itself in the sync loop
 
 from __future__ import annotations
 
+import zlib
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,11 @@ REQUEST_KEYED_FIELDS: frozenset[str] = frozenset({
 
 BLOCK_ID_FIELDS: frozenset[str] = frozenset({"new_block_ids", "block_tables"})
 """Fields holding physical block ids: the `renamed` level compares them up to a bijection."""
+
+FREE_QUEUE_FIELDS: frozenset[str] = frozenset({"free_head", "cached_digest"})
+"""The free queue's head and a digest of the cached free blocks: compared at `exact` only (a
+pool renumbering blocks keeps neither), and only when both systems can see them (None: not
+observed, e.g. an older release's adapter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,8 @@ class StepRecord:
     prefix_cache: CacheStats | None
     events: tuple[CacheEvent, ...] = ()
     scheduler_stats: SchedulerStats | None = None
+    free_head: tuple[int, ...] | None = None
+    cached_digest: str | None = None
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -127,6 +136,8 @@ class StepRecord:
                 "num_waiting_reqs": self.scheduler_stats.num_waiting_reqs,
                 "kv_cache_usage": self.scheduler_stats.kv_cache_usage,
             },
+            "free_head": None if self.free_head is None else list(self.free_head),
+            "cached_digest": self.cached_digest,
         }
 
     @staticmethod
@@ -166,7 +177,19 @@ class StepRecord:
                          for e in data.get("events", ())),
             scheduler_stats=None if data.get("scheduler_stats") is None
             else SchedulerStats(**data["scheduler_stats"]),
+            free_head=None if data.get("free_head") is None else tuple(data["free_head"]),
+            cached_digest=data.get("cached_digest"),
         )
+
+
+def cached_digest(cached_ids: tuple[int, ...] | None) -> str | None:
+    """The cached free blocks as `COUNT:CRC32` of their sorted ids: a big pool caches thousands,
+    too many to carry in every record, yet which blocks survived eviction is what an eviction
+    bug changes first (the divergence view shows the ids themselves, from the states)."""
+    if cached_ids is None:
+        return None
+    packed = array("q", sorted(cached_ids)).tobytes()
+    return f"{len(cached_ids)}:{zlib.crc32(packed):08x}"
 
 
 def _ids_json(ids: BlockIds | None) -> list[list[int]] | None:

@@ -5,7 +5,8 @@ prefill off needs a budget of at least `max_model_len`, the pool holds one full-
 per group) but otherwise spans what users configure, not what was convenient:
 
 * KV layouts: full attention alone or with a sliding window (windows smaller than a block, a
-  block plus one token, several blocks), chunked local attention, mamba, and the three-type
+  block plus one or two tokens, several blocks), a sliding window alone (every layer slides),
+  full attention with chunked local attention or mamba, and the three-type
   hybrids full + window + mamba and full + window + chunked; block sizes 16 and 32; hash blocks
   smaller than the block size, hybrids included;
 * budgets at their edges: tiny token budgets, chunked prefill off with the budget exactly
@@ -42,18 +43,24 @@ EOS = 2
 STOP = 13
 LORAS = (None, None, None, "adapter-a", "adapter-b")
 """LoRA adapters: their names key the block hashes and KV events (no adapter limit is set)."""
-LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked")
-"""KV layouts by the groups they add to full attention ("full" twice: the common case)."""
+LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
+           "window-alone")
+"""KV layouts by the groups they add to full attention ("full" twice: the common case);
+"window-alone" is a model whose every layer slides (one sliding-window group, no full one)."""
 
 
 def _window(draw: Any, block_size: int) -> KVCacheGroup:
-    size = draw(st.sampled_from((block_size // 2, block_size, block_size + 1,
+    # Off-grid windows: w - 1 just past a block boundary (block + 2) changes how many blocks a
+    # hit must keep (cdiv(w - 1, block)) from what w - 2 would give.
+    size = draw(st.sampled_from((block_size // 2, block_size, block_size + 1, block_size + 2,
                                  2 * block_size + 1, 3 * block_size, 64)), label="window")
     return KVCacheGroup("sliding_window", sliding_window=size)
 
 
 def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
     layout = draw(st.sampled_from(LAYOUTS), label="layout")
+    if layout == "window-alone":
+        return (_window(draw, block_size),)
     groups = [KVCacheGroup("full")]
     if "window" in layout:
         groups.append(_window(draw, block_size))

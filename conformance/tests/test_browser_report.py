@@ -73,17 +73,17 @@ def test_a_failing_report_in_the_browser(browser: Any, tmp_path: Path,
                  "--against", "impl", "--report", str(out), "--traces"]) == 1
     capsys.readouterr()
     page = _open(browser, out / "conform.html", "failing-conform.png")
-    assert page.locator(".divergence-id").first.inner_text() == "planted:new_block_ids"
+    assert page.locator(".divergence-id").first.inner_text() == "planted:free_head"
     assert page.locator(".divergence-id").first.is_visible()
     assert page.locator("table.config").first.is_visible()
     assert "max_num_batched_tokens" in page.locator("table.config").first.inner_text()
-    # Every chart drew the divergence marker: a shape line and its label at step 2.
+    # Every chart drew the divergence marker: a shape line and its label at step 0.
     charts = page.locator(".chart")
     assert charts.count() == 2
     for index in range(charts.count()):
         chart = charts.nth(index)
         assert chart.locator(".shapelayer path").count() >= 1
-        assert "divergence (exact) at step 2" in (chart.locator(".annotation").text_content() or "")
+        assert "divergence (exact) at step 0" in (chart.locator(".annotation").text_content() or "")
     assert page.locator("table.blocks td.changed").count() >= 2
     # The free queue heads part (the planted bug frees head first), outlined on both sides.
     assert page.locator("table.blocks td.differs").count() >= 2

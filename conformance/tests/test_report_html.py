@@ -34,32 +34,34 @@ def test_the_failing_page_shows_what_to_act_on(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     page, data = failing_report(tmp_path, "--traces")
     capsys.readouterr()
-    assert "<code class='divergence-id'>planted:new_block_ids</code>" in page
-    assert 'id = &quot;planted:new_block_ids&quot;' in page  # the entry to paste
+    assert "<code class='divergence-id'>planted:free_head</code>" in page
+    assert 'id = &quot;planted:free_head&quot;' in page  # the entry to paste
     assert "Engine config" in page and "<th>max_num_seqs</th><td><code>4</code>" in page
-    # exact and renamed break on the same records: one diff, the other level says so.
-    assert page.count("<table class=\"diff\"") == 1
-    assert "At level <b>renamed</b>: the same step 2 and records as level exact" in page
-    # The records before it are shown in full, not as "No Differences Found".
-    assert "No Differences Found" not in page and "step 1: identical on both systems" in page
-    # Every chart carries the marker at the divergence step.
-    assert page.count("class='chart'") == 2 and page.count("data-marker-step='2'") == 2
+    # exact breaks at step 0 on the free queue (A's blocks freed head first); renamed, blind
+    # to physical free order, only at step 2 where B gets other blocks: one diff each, and
+    # renamed's preceding records shown in full (they differ in the free queue), not as
+    # "No Differences Found".
+    assert "free_head[0]" in page and "new_block_ids.B[0][0]" in page
+    assert "No Differences Found" not in page and "step 1: records differ" in page
+    # Every chart carries the marker at the (first) divergence step.
+    assert page.count("class='chart'") == 2 and page.count("data-marker-step='0'") == 2
     # Block timeline from the traces, and links to them.
     [w] = data["workloads"]
     assert w["timeline"]["sides"][0]["source"] == "trace"
-    assert "Block timeline up to step 2" in page and "class='changed'" in page
+    assert "Block timeline up to step 0" in page
     assert "href='traces/planted.left-impl-forward-free.trace.jsonl'" in page
-    # Each system's free queue head and cached ids, per step (before it) from the traces and
-    # right after the divergent step: the planted bug frees blocks head first, so the free
-    # queues part at step 1 and explain the different ids at step 2.
+    # Each system's free queue head and cached ids before the step (from the traces) and right
+    # after the divergent step: the planted bug frees blocks head first.
     left, right = w["timeline"]["sides"]
-    assert [c["step"] for c in left["columns"]] == [0, 1, 2, 2] and left["columns"][-1]["after"]
+    assert [c["step"] for c in left["columns"]] == [0, 0] and left["columns"][-1]["after"]
+    assert left["columns"][0]["free_head"] == right["columns"][0]["free_head"] == [
+        1, 2, 3, 4, 5, 6, 7, 8]
     assert left["columns"][1]["free_head"] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert right["columns"][1]["free_head"] == [4, 3, 2, 1, 5, 6, 7, 8]
     assert all(c["cached_ids"] == "" for c in left["columns"])
     assert "<th>free queue head</th>" in page and "<th>cached block ids</th>" in page
-    assert "<th>after step 2</th>" in page
-    assert page.count("<td class='differs'><code>4, 3, 2, 1, 5, 6, 7, 8, ...</code>") == 2
+    assert "<th>after step 0</th>" in page
+    assert page.count("<td class='differs'><code>4, 3, 2, 1, 5, 6, 7, 8, ...</code>") == 1
 
 
 def test_without_traces_the_timeline_uses_the_records(tmp_path: Path,
@@ -72,9 +74,10 @@ def test_without_traces_the_timeline_uses_the_records(tmp_path: Path,
     # Without traces the state right after the divergent step is still shown, read then.
     after = [side["columns"][-1] for side in w["timeline"]["sides"]]
     assert [(c["after"], c["free_head"]) for c in after] == [
-        (True, [3, 4, 5, 6, 7, 8, 9, 10]), (True, [2, 1, 5, 6, 7, 8, 9, 10])]
-    assert w["divergence_states"]["exact"]["step"] == 2
-    assert "<td class='differs'><code>2, 1, 5, 6, 7, 8, 9, 10, ...</code></td>" in page
+        (True, [1, 2, 3, 4, 5, 6, 7, 8]), (True, [4, 3, 2, 1, 5, 6, 7, 8])]
+    assert w["divergence_states"]["exact"]["step"] == 0
+    assert w["divergence_states"]["renamed"]["step"] == 2
+    assert "<td class='differs'><code>4, 3, 2, 1, 5, 6, 7, 8, ...</code></td>" in page
 
 
 def test_plotly_js_is_embedded_exactly_once(tmp_path: Path,

@@ -57,11 +57,11 @@ def test_a_divergence_exits_1_and_shows_up_side_by_side(
     code, err = conform(capsys, "--workload", str(path), "--system", VARIANT,
                         "--against", "impl", "--report", str(tmp_path))
     assert code == 1
-    assert "failed at exact (reached: schedule" in err and "field new_block_ids.B[0][0]" in err
+    assert "failed at exact (reached: schedule" in err and "field free_head[0]" in err
     [w] = json.loads((tmp_path / "conform.json").read_text())["workloads"]
     first = w["divergences"][0]
-    assert (first["level"], first["step"], first["field"]) == ("exact", 2, "new_block_ids.B[0][0]")
-    assert first["left_record"]["step"] == 2 and len(first["preceding"]) == 2
+    assert (first["level"], first["step"], first["field"]) == ("exact", 0, "free_head[0]")
+    assert first["left_record"]["step"] == 0 and first["preceding"] == []
     assert 'class="diff"' in (tmp_path / "conform.html").read_text()
     # The same run at the schedule level passes.
     code, _ = conform(capsys, "--workload", str(path), "--system", VARIANT,
@@ -73,7 +73,7 @@ def test_a_known_divergence_waives_and_a_stale_one_fails(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "free-order.jsonl"
     dump(FREE_ORDER, path)
-    waiver = known_file(tmp_path, '[[divergence]]\nid = "planted:new_block_ids"\n'
+    waiver = known_file(tmp_path, '[[divergence]]\nid = "planted:free_head"\n'
                                   'level = "renamed"\nreason = "planted for the test"\n')
     common = ["--workload", str(path), "--system", VARIANT, "--against", "impl",
               "--report", str(tmp_path), "--known", str(waiver)]
@@ -83,7 +83,7 @@ def test_a_known_divergence_waives_and_a_stale_one_fails(
     # Against itself the twin does not diverge: the entry matches nothing and fails the run.
     code, err = conform(capsys, "--workload", str(path), "--system", "impl",
                         "--against", "impl", "--report", str(tmp_path), "--known", str(waiver))
-    assert code == 1 and "stale known divergence 'planted:new_block_ids'" in err
+    assert code == 1 and "stale known divergence 'planted:free_head'" in err
     # At the schedule level the entry (weakest level: renamed) cannot apply, so it is not stale.
     code, _ = conform(capsys, *common, "--level", "schedule")
     assert code == 0

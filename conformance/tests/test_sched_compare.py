@@ -10,7 +10,7 @@ import pytest
 
 from conformance.errors import UserError
 from conformance.sched.compare import LEVELS, Comparer, check_level
-from conformance.sched.record import StepRecord
+from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.system import BlockCounts, CacheStats, TokenOutput
 
 
@@ -54,6 +54,23 @@ def test_block_counts_are_caught_by_exact_and_renamed_only() -> None:
         d = first(left, right, level)
         assert (d.step, d.field, d.left, d.right) == (1, "blocks.cached", 1, 0)
     assert first(left, right, "schedule") is None
+
+
+def test_the_free_queue_is_compared_at_exact_only_and_where_both_see_it() -> None:
+    """Which blocks the pool hands out next and which cached ones survived eviction: an
+    eviction-order bug shows here steps before it reaches a block table."""
+    base = record(0, free_head=(3, 4, 5), cached_digest=cached_digest((7, 9)))
+    other_head = replace(base, free_head=(4, 3, 5))
+    d = first([base], [other_head], "exact")
+    assert (d.field, d.left, d.right) == ("free_head[0]", 3, 4)
+    other_cached = replace(base, cached_digest=cached_digest((9, 8)))
+    assert first([base], [other_cached], "exact").field == "cached_digest"
+    assert first([base], [replace(base, cached_digest=cached_digest((9, 7)))], "exact") is None
+    for level in ("renamed", "schedule"):
+        assert first([base], [other_head], level) is None
+    unseen = replace(base, free_head=None, cached_digest=None)  # e.g. an older adapter
+    assert first([base], [unseen], "exact") is None
+    assert StepRecord.from_json(base.to_json()) == base
 
 
 def test_a_consistent_renaming_passes_renamed_but_not_exact() -> None:

@@ -28,7 +28,7 @@ def test_a_written_divergence_reproduces_when_read_back(tmp_path: Path) -> None:
     divergence = run_lockstep(FREE_ORDER, ForwardFreeImpl, ImplSystem).divergence_at("exact")
     assert divergence is not None
     path = write_regression(FREE_ORDER, divergence, tmp_path)
-    assert path == tmp_path / "planted.new_block_ids.jsonl"
+    assert path == tmp_path / "planted.free_head.jsonl"
     again = load(str(path))
     assert again.name == "regression-planted" and again.requests == FREE_ORDER.requests
     assert again.description.startswith(
@@ -37,7 +37,7 @@ def test_a_written_divergence_reproduces_when_read_back(tmp_path: Path) -> None:
     replay = run_lockstep(again, ForwardFreeImpl, ImplSystem).divergence_at("exact")
     assert replay is not None and (replay.step, replay.field) == (
         divergence.step, divergence.field)
-    assert replay.id == "regression-planted:new_block_ids"
+    assert replay.id == "regression-planted:free_head"
     # Writing a regression of a regression keeps the name (no regression-regression-...).
     assert load(str(write_regression(again, replay, tmp_path))).name == "regression-planted"
 
@@ -110,7 +110,7 @@ def test_emit_regression_writes_failed_workloads_only(
     err = capsys.readouterr().err
     assert code == 1
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["planted.new_block_ids.jsonl"]  # decode-heavy frees nothing early
+    assert written == ["planted.free_head.jsonl"]  # decode-heavy frees nothing early
     assert f"wrote regression {out / written[0]}" in err
     again = load(str(out / written[0]))
     result = run_lockstep(again, ForwardFreeImpl, ImplSystem)

@@ -51,14 +51,11 @@ class KVCacheCoordinator:
     def __init__(
         self,
         kv_cache_config: KVCacheConfig,
-        max_model_len: int,
         enable_caching: bool,
         hash_block_size: int,
-        enable_kv_cache_events: bool = False,
+        enable_kv_cache_events: bool,
     ) -> None:
         check_hash_block_size(kv_cache_config, hash_block_size)
-        self.kv_cache_config = kv_cache_config
-        self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.block_pool = BlockPool(
@@ -225,21 +222,20 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
 
 def get_kv_cache_coordinator(
     kv_cache_config: KVCacheConfig,
-    max_model_len: int,
     enable_caching: bool,
     hash_block_size: int,
-    enable_kv_cache_events: bool = False,
+    enable_kv_cache_events: bool,
 ) -> KVCacheCoordinator:
     if not enable_caching:
         return KVCacheCoordinatorNoPrefixCache(
-            kv_cache_config, max_model_len, False, hash_block_size, enable_kv_cache_events
+            kv_cache_config, False, hash_block_size, enable_kv_cache_events
         )
     if len(kv_cache_config.kv_cache_groups) == 1:
         return UnitaryKVCacheCoordinator(
-            kv_cache_config, max_model_len, True, hash_block_size, enable_kv_cache_events
+            kv_cache_config, True, hash_block_size, enable_kv_cache_events
         )
     return HybridKVCacheCoordinator(
-        kv_cache_config, max_model_len, True, hash_block_size, enable_kv_cache_events
+        kv_cache_config, True, hash_block_size, enable_kv_cache_events
     )
 
 

@@ -74,9 +74,10 @@ class KVCacheManager:
         kv_cache_config: KVCacheConfig,
         max_model_len: int,
         hash_block_size: int | None = None,
-        enable_caching: bool = True,
-        log_stats: bool = False,
-        enable_kv_cache_events: bool = False,
+        *,
+        enable_caching: bool,
+        log_stats: bool,
+        enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
     ) -> None:
         """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
@@ -91,9 +92,7 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config, max_model_len, enable_caching, hash_block_size,
-            enable_kv_cache_events,
-        )
+            kv_cache_config, enable_caching, hash_block_size, enable_kv_cache_events)
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         for manager in self.coordinator.managers:
             cap = getattr(manager.kv_cache_spec, "admission_cap_blocks", None)
@@ -101,7 +100,6 @@ class KVCacheManager:
                 manager.admission_cap_blocks = cap(in_flight, max_model_len)
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.block_pool = self.coordinator.block_pool
-        self.kv_cache_config = kv_cache_config
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         self._empty = KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
         # The common case gets a short path: one full-attention group (no blocks ever skipped,

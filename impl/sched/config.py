@@ -23,6 +23,9 @@ class SchedulerConfig:
     # Admit a waiting request only if its whole prompt fits in the free blocks, not just its
     # first chunk (upstream 0.32's default), so chunked admission does not lead to preemption.
     scheduler_reserve_full_isl: bool = True
+    # Publish prefix-cache events (stored / removed / cleared) for KV-aware routers; off by
+    # default as upstream's KVEventsConfig.
+    enable_kv_cache_events: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):

@@ -44,6 +44,7 @@ class Scheduler(SchedulerUpdates):
             kv_cache_config, scheduler_config.max_model_len,
             hash_block_size=scheduler_config.effective_hash_block_size,
             enable_caching=scheduler_config.enable_prefix_caching, log_stats=log_stats,
+            enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
         )
         self.requests: dict[str, Request] = {}

@@ -18,12 +18,12 @@ from impl.sched.request import Request
 
 
 def make_manager(num_blocks: int, *specs: KVCacheSpec, caching: bool = True,
-                 hash_block_size: int | None = None) -> KVCacheManager:
+                 hash_block_size: int | None = None, events: bool = False) -> KVCacheManager:
     specs = specs or (FullAttentionSpec(block_size=4),)
     groups = tuple(KVCacheGroupSpec((f"l{i}",), s) for i, s in enumerate(specs))
     return KVCacheManager(KVCacheConfig(num_blocks, groups), max_model_len=1024,
                           hash_block_size=hash_block_size, enable_caching=caching,
-                          log_stats=True)
+                          log_stats=True, enable_kv_cache_events=events)
 
 
 def make_request(request_id: str, tokens: Iterable[int], block_size: int = 4,

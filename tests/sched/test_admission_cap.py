@@ -27,7 +27,8 @@ def _manager(second: KVCacheSpec, max_in_flight_tokens: int | None) -> KVCacheMa
     groups = (KVCacheGroupSpec(("full",), FullAttentionSpec(block_size=16)),
               KVCacheGroupSpec(("other",), second))
     return KVCacheManager(KVCacheConfig(14, groups), max_model_len=128,
-                          enable_caching=False, max_in_flight_tokens=max_in_flight_tokens)
+                          enable_caching=False, log_stats=False, enable_kv_cache_events=False,
+                          max_in_flight_tokens=max_in_flight_tokens)
 
 
 def _admit_first_chunk(manager: KVCacheManager) -> list[list[int]] | None:
