@@ -2,11 +2,12 @@
 
 Four jobs, all inert outside a mutation run except the profile registration:
 
-- registers the Hypothesis profile `mutation` (HYPOTHESIS_PROFILE=mutation): few, derandomized
-  examples (the stats run and every mutant run see the same operation sequences), no example
-  database (a kill must not leak into the next mutant's run) and no shrinking (a kill needs one
-  failing example, not the minimal one). It is registered here because `-p` plugins load before
-  conftest.py, which loads the profile named in HYPOTHESIS_PROFILE.
+- registers the Hypothesis profile `mutation` (HYPOTHESIS_PROFILE=mutation): few (20 per
+  test, `VTWIN_MUTATION_EXAMPLES`), derandomized examples (the stats run and every mutant run
+  see the same operation sequences), no example database (a kill must not leak into the next
+  mutant's run) and no shrinking (a kill needs one failing example, not the minimal one). It
+  is registered here because `-p` plugins load before conftest.py, which loads the profile
+  named in HYPOTHESIS_PROFILE.
 - orders the selected tests fastest first (durations from mutmut's stats run), so `-x` stops a
   mutant's run after the cheapest failing test.
 - bounds a mutant's process: address space and CPU time (`VTWIN_MUTANT_MAX_GIB`, default 6;
@@ -38,7 +39,7 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     stateful_step_count=40,
-    max_examples=int(os.environ.get("VTWIN_MUTATION_EXAMPLES", "12")),
+    max_examples=int(os.environ.get("VTWIN_MUTATION_EXAMPLES", "20")),
     derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],
