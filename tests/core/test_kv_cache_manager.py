@@ -94,3 +94,22 @@ def test_prefix_cache_stats_count_lookups() -> None:
     manager.record_prefix_cache_stats(b, num_hit)
     stats = manager.make_prefix_cache_stats()
     assert stats is not None and (stats.requests, stats.queries, stats.hits) == (1, 8, 4)
+
+
+def test_reset_prefix_cache_is_refused_while_blocks_are_in_use_and_flagged_in_stats() -> None:
+    """A reset empties the index only when no request holds a block (as upstream: running
+    requests would keep pointing at blocks the cache forgot); a successful one is reported
+    once, in the next stats."""
+    manager = make_manager(11)
+    a = make_request("a", range(8))
+    admit(manager, a)
+    assert manager.reset_prefix_cache() is False
+    stats = manager.make_prefix_cache_stats()
+    assert stats is not None and stats.reset is False
+    manager.free(a)
+    assert manager.reset_prefix_cache() is True
+    assert manager.get_computed_blocks(make_request("b", range(8)))[1] == 0
+    stats = manager.make_prefix_cache_stats()
+    assert stats is not None and stats.reset is True
+    stats = manager.make_prefix_cache_stats()
+    assert stats is not None and stats.reset is False
