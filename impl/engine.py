@@ -80,7 +80,8 @@ class LLMEngine:
             num_spec_tokens=args.num_spec_tokens, hash_algo=args.hash_algo,
             block_size=args.block_size)
         none_hash = make_none_hash(args.hash_algo, str(args.seed))
-        self.scheduler = Scheduler(self.scheduler_config, kv_config, none_hash=none_hash)
+        self.scheduler = Scheduler(self.scheduler_config, kv_config, none_hash=none_hash,
+                                   log_stats=True)
         self.hasher = RequestBlockHasher(args.block_size, args.hash_algo, none_hash)
         self.runner = ModelRunner(self.model, kv_config, max_num_reqs=args.max_num_seqs,
                                   max_model_len=max_model_len, device=self.device,

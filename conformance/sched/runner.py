@@ -16,6 +16,10 @@ from conformance.sched.system import RunnerOutput, Scheduled
 from conformance.sched.token_model import TokenModel
 from workloads.model import Workload
 
+STALE_DRAFT = 1
+"""The token proposed for a request that finished in the step being drafted (any value would do:
+the scheduler must never see it)."""
+
 
 @dataclass(slots=True)
 class _RequestState:
@@ -95,11 +99,15 @@ class FakeRunner:
 
         A request that sampled gets real proposals. One still mid-prefill gets proposals too,
         although a real drafter has none for it: the scheduler must drop drafts offered to a
-        prefilling request, and offering them is how the harness checks that it does."""
+        prefilling request, and offering them is how the harness checks that it does. So does
+        one that finished in this very step: the engine's drafter runs over the whole batch
+        before the scheduler's update is known, and the scheduler must skip drafts for a
+        request it no longer has (and go on to the next)."""
         drafts = []
         for rid, tokens in zip(output.req_ids, output.sampled_token_ids, strict=True):
             state = self._state.get(rid)  # None: it finished in this very step
             if state is None:
+                drafts.append((rid, [STALE_DRAFT] * self.num_spec_tokens))
                 continue
             proposal = self._propose(rid, state)
             if tokens:

@@ -32,7 +32,7 @@ from vtwin.errors import IntegrityError
 
 class Scheduler(SchedulerUpdates):
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
-                 none_hash: bytes, log_stats: bool = True) -> None:
+                 none_hash: bytes, log_stats: bool) -> None:
         self.scheduler_config = scheduler_config
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens

@@ -26,7 +26,7 @@ def make_scheduler(num_blocks: int = 64, block_size: int = 16, asynchronous: boo
     kv_config = KVCacheConfig(num_blocks, (
         KVCacheGroupSpec(("layer",), FullAttentionSpec(block_size=block_size)),))
     cls = AsyncScheduler if asynchronous else Scheduler
-    return cls(scheduler_config, kv_config, none_hash=NONE_HASH)
+    return cls(scheduler_config, kv_config, none_hash=NONE_HASH, log_stats=True)
 
 
 def make_request(request_id: str, prompt: Iterable[int], block_size: int = 16,

@@ -65,7 +65,7 @@ def test_preemption_counters_count_every_preemption() -> None:
     preempted = {}
     for index in range(40):
         out, _ = step(scheduler)
-        preempted.update({rid: index for rid in out.preempted_req_ids})
+        preempted.update({rid: index for rid in out.preempted_req_ids or ()})
     assert preempted == {"b": 1, "a": 33}
     assert scheduler.num_preemptions == 2
     assert [scheduler.requests[r].num_preemptions for r in "ab"] == [1, 1]
@@ -120,7 +120,7 @@ def test_cached_tokens_are_counted_at_the_first_scheduling_only() -> None:
     for index in range(41):
         out, _ = step(scheduler)
         cached = out.scheduled_cached_reqs
-        preempted.update({rid: index for rid in out.preempted_req_ids})
+        preempted.update({rid: index for rid in out.preempted_req_ids or ()})
         resumed.update({rid: (index, cached.num_computed_tokens[cached.req_ids.index(rid)])
                         for rid in cached.resumed_req_ids})
     assert preempted == {"b": 17} and resumed == {"b": (40, 16)}  # back on a 16-token hit
@@ -186,6 +186,28 @@ def test_rejected_drafts_are_clawed_back() -> None:
     request = scheduler.requests["a"]
     # 10 prompt + 1 + (1 accepted + 1 bonus) tokens; 2 of the 3 drafts were rejected.
     assert request.num_tokens == 13 and request.num_computed_tokens == 12
+
+
+def test_a_step_without_new_drafts_schedules_a_plain_decode() -> None:
+    """Drafts are used once: if the drafter proposes nothing for the next step (an n-gram
+    drafter without a match), the request decodes one token and nothing is re-verified."""
+    scheduler = make_scheduler(num_spec_tokens=2)
+    scheduler.add_request(make_request("a", range(10)))
+    step(scheduler)
+    scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51]]))
+    out, _ = step(scheduler)
+    assert out.scheduled_spec_decode_tokens == {"a": [50, 51]}
+    out, _ = step(scheduler)  # no update_draft_token_ids in between
+    assert out.scheduled_spec_decode_tokens == {} and scheduled(out) == {"a": 1}
+
+
+def test_new_requests_carry_their_lora_adapter_to_the_runner() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("a", range(10), lora_name="adapter", lora_path="/a"))
+    scheduler.add_request(make_request("b", range(20, 30)))
+    out = scheduler.schedule()
+    assert [(r.req_id, r.lora_name) for r in out.scheduled_new_reqs] == [
+        ("a", "adapter"), ("b", None)]
 
 
 def test_drafts_for_a_request_still_in_prefill_are_dropped() -> None:
