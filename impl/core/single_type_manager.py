@@ -222,3 +222,8 @@ class SingleTypeKVCacheManager:
                 if not block.is_null and block.ref_cnt <= 0:
                     raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} "
                                          f"holds free {block}")
+        # A registered prompt tail belongs to a live request: free() forgets it with the blocks.
+        stale = self.tail_registered - self.req_to_blocks.keys()
+        if stale:
+            raise IntegrityError(f"group {self.kv_cache_group_id}: prompt tail registered for "
+                                 f"{sorted(map(str, stale))[:3]}, which hold no blocks")
