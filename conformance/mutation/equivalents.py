@@ -13,8 +13,10 @@ Two kinds of entry::
 
 A `sha` pins the entry to the mutation it was written for: mutmut numbers mutants per function,
 so an edited function can give the same id to a different mutation, and then the entry no longer
-applies. An entry that matches no mutant (or whose sha no longer matches) is stale, and a stale
-entry fails the run, as for known divergences: the reason went away with the code.
+applies; with a sha the entry follows its mutation to its new number instead (same function,
+same changed lines), so editing a function elsewhere does not make its entries stale. An entry
+that matches no mutant (or whose sha no longer matches) is stale, and a stale entry fails the
+run, as for known divergences: the reason went away with the code.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ class Equivalent:
     def matches(self, mutant: Mutant) -> bool:
         if self.kind == "function":
             return mutant.function == self.key
-        return mutant.id == self.key and (self.sha is None or self.sha == mutant.sha)
+        if self.sha is None:
+            return mutant.id == self.key
+        # The sha names the mutation itself, so it still finds it after an edit elsewhere in
+        # the function renumbered the function's mutants (the number in the id moved).
+        return self.sha == mutant.sha and mutant.function == self.key.rsplit("__mutmut_", 1)[0]
 
     def describe(self) -> str:
         return f"[[{self.kind}]] {self.key}" + (f" (sha {self.sha})" if self.sha else "")

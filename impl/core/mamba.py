@@ -48,7 +48,7 @@ class MambaManager(SingleTypeKVCacheManager):
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
-        apply_admission_cap: bool = False,
+        apply_admission_cap: bool,
     ) -> int:
         if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
             return self.block_pool.num_gpu_blocks + 1  # more than the pool: refused this step

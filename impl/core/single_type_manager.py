@@ -67,7 +67,7 @@ class SingleTypeKVCacheManager:
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
-        apply_admission_cap: bool = False,
+        apply_admission_cap: bool,
     ) -> int:
         """Blocks the pool must hand out to give the request `num_tokens` slots.
 

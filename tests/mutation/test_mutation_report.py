@@ -131,6 +131,19 @@ def test_an_entry_for_a_killed_mutant_or_a_changed_mutation_is_stale(tree: Path)
     assert judge(mutants, [pinned]).summary.stale == ()
 
 
+def test_a_pinned_entry_follows_its_mutation_to_a_new_number(tree: Path) -> None:
+    """An edit elsewhere in the function renumbers its mutants: the sha still finds the same
+    mutation (same function, same changed lines), under its new id."""
+    mutants = read_mutants(tree, tree.parent)
+    survivor = by_id(mutants)[f"{TOUCH}__mutmut_2"]
+    renumbered = Equivalent("mutant", f"{TOUCH}__mutmut_7", "same mutation", sha=survivor.sha)
+    verdict = judge(mutants, [renumbered])
+    assert verdict.summary.stale == () and verdict.summary.equivalent == 1
+    elsewhere = Equivalent("mutant", "impl.core.pool.x_double__mutmut_2", "other function",
+                           sha=survivor.sha)
+    assert judge(mutants, [elsewhere]).summary.stale == (elsewhere.describe(),)
+
+
 def test_a_function_entry_waives_only_its_survivors(tree: Path) -> None:
     verdict = judge(read_mutants(tree, tree.parent), [Equivalent("function", TOUCH, "debug")])
     assert verdict.summary.equivalent == 1 and verdict.summary.killed == 1
