@@ -201,6 +201,20 @@ def test_a_step_without_new_drafts_schedules_a_plain_decode() -> None:
     assert out.scheduled_spec_decode_tokens == {} and scheduled(out) == {"a": 1}
 
 
+def test_the_retry_after_a_preemption_still_reserves_lookahead_slots() -> None:
+    """EAGLE-style lookahead: a's next token (position 15) plus 2 lookahead slots needs a 2nd
+    block, none is free, b is preempted, and the retry must ask for the lookahead again."""
+    scheduler = make_scheduler(num_blocks=4, num_lookahead_tokens=2, num_spec_tokens=2)
+    scheduler.add_request(make_request("a", range(100, 114)))
+    scheduler.add_request(make_request("b", range(200, 230)))
+    out, _ = step(scheduler)
+    assert [(r.req_id, r.block_ids) for r in out.scheduled_new_reqs] == [
+        ("a", ([1],)), ("b", ([2, 3],))]
+    out, _ = step(scheduler)
+    assert out.preempted_req_ids == {"b"} and scheduled(out) == {"a": 1}
+    assert out.scheduled_cached_reqs.new_block_ids == [([3],)]
+
+
 def test_new_requests_carry_their_lora_adapter_to_the_runner() -> None:
     scheduler = make_scheduler()
     scheduler.add_request(make_request("a", range(10), lora_name="adapter", lora_path="/a"))
