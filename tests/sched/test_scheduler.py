@@ -1,3 +1,5 @@
+import pytest
+
 from impl.sched.output import DraftTokenIds, ModelRunnerOutput
 from impl.sched.request import RequestStatus
 from tests.sched.helpers import EOS, make_request, make_scheduler, scheduled, step
@@ -213,6 +215,24 @@ def test_the_retry_after_a_preemption_still_reserves_lookahead_slots() -> None:
     out, _ = step(scheduler)
     assert out.preempted_req_ids == {"b"} and scheduled(out) == {"a": 1}
     assert out.scheduled_cached_reqs.new_block_ids == [([3],)]
+
+
+@pytest.mark.parametrize("budget", [3, 2])
+def test_a_padded_decode_is_admitted_only_when_the_padding_fits_the_budget(budget: int) -> None:
+    """b's prompt hits 32 of its 33 tokens, so it needs one token: with 2 speculative tokens it
+    is padded to 1 + 2 placeholder drafts. A budget of exactly 3 admits it padded; a budget of
+    2 admits nothing rather than an unpadded decode."""
+    scheduler = make_scheduler(max_num_batched_tokens=budget, num_spec_tokens=2)
+    scheduler.add_request(make_request("a", range(100, 133), max_tokens=1))
+    while scheduler.requests:
+        step(scheduler)
+    scheduler.add_request(make_request("b", range(100, 133), max_tokens=5))
+    out = scheduler.schedule()
+    if budget == 3:
+        assert [(r.req_id, r.num_computed_tokens) for r in out.scheduled_new_reqs] == [("b", 32)]
+        assert scheduled(out) == {"b": 3} and out.scheduled_spec_decode_tokens == {"b": [-1, -1]}
+    else:
+        assert scheduled(out) == {} and out.scheduled_spec_decode_tokens == {}
 
 
 def test_new_requests_carry_their_lora_adapter_to_the_runner() -> None:
