@@ -23,6 +23,15 @@ def test_long_prefill_threshold_only_caps_when_requests_compete() -> None:
     pair.add_request(make_request("a", range(100, 190)))
     pair.add_request(make_request("b", range(200, 205)))
     assert scheduled(step(pair)[0]) == {"a": 16, "b": 5}
+    assert scheduled(step(pair)[0]) == {"a": 16, "b": 1}  # running: capped as well
+
+
+def test_a_threshold_of_one_token_prefills_one_token_per_step() -> None:
+    scheduler = make_scheduler(long_prefill_token_threshold=1)
+    scheduler.add_request(make_request("a", range(100, 104)))
+    scheduler.add_request(make_request("b", range(200, 203)))
+    assert scheduled(step(scheduler)[0]) == {"a": 1, "b": 1}
+    assert scheduled(step(scheduler)[0]) == {"a": 1, "b": 1}
 
 
 def test_max_num_seqs_limits_admission() -> None:
