@@ -271,6 +271,26 @@ def test_async_scheduler_uses_output_placeholders() -> None:
 
 
 
+def test_a_request_preempted_while_its_step_is_in_flight_can_still_finish() -> None:
+    """Async: step 2 is scheduled before step 1's tokens are known and preempts "b" to give "a"
+    a 3rd block; step 1's token then ends "b" (max_tokens 1). It must leave the waiting queue
+    with its blocks already gone, and be reported finished."""
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64, asynchronous=True)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=3))
+    scheduler.add_request(make_request("b", range(200, 232), max_tokens=1))
+    first = scheduler.schedule()
+    second = scheduler.schedule()
+    assert scheduled(first) == {"a": 32, "b": 32}
+    assert scheduled(second) == {"a": 1} and second.preempted_req_ids == {"b"}
+    outputs = scheduler.update_from_output(
+        first, ModelRunnerOutput(["a", "b"], {"a": 0, "b": 1}, [[7], [8]]))
+    assert [(o.request_id, o.new_token_ids, o.finish_reason) for o in outputs] == [
+        ("a", [7], None), ("b", [8], "length")]
+    assert scheduler.get_request_counts() == (1, 0) and list(scheduler.requests) == ["a"]
+    scheduler.kv_cache_manager.check_integrity()
+    assert scheduler.schedule().finished_req_ids == {"b"}
+
+
 def test_priority_victim_before_the_loop_position_shifts_it_back() -> None:
     """Async + priority, 4 usable blocks of 16. "low" runs first in the list but is skipped
     (its in-flight step already reaches max_tokens); "mid" needs a block, so "low" is
