@@ -291,6 +291,31 @@ def test_a_request_preempted_while_its_step_is_in_flight_can_still_finish() -> N
     assert scheduler.schedule().finished_req_ids == {"b"}
 
 
+def test_rejected_drafts_of_a_request_preempted_in_flight_are_not_clawed_back() -> None:
+    """Async spec decode: "b" is preempted while its step (1 token + 2 placeholder drafts) is in
+    flight; that step's output rejects both drafts. "b" restarts from 0 computed tokens, so
+    there is nothing to claw back: it must stay at 0, not go to -2."""
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64, asynchronous=True,
+                               num_spec_tokens=2)
+    scheduler.add_request(make_request("a", range(100, 117), max_tokens=20))
+    scheduler.add_request(make_request("b", range(200, 223), max_tokens=20))
+    previous = scheduler.schedule()
+    for _ in range(5):
+        current = scheduler.schedule()
+        assert not current.preempted_req_ids
+        ids = list(previous.num_scheduled_tokens)
+        scheduler.update_from_output(previous, ModelRunnerOutput(
+            ids, {r: i for i, r in enumerate(ids)}, [[7] for _ in ids]))
+        previous = current
+    current = scheduler.schedule()
+    assert current.preempted_req_ids == {"b"}
+    assert previous.scheduled_spec_decode_tokens["b"] == [-1, -1]
+    b = scheduler.requests["b"]
+    scheduler.update_from_output(previous, ModelRunnerOutput(["a", "b"], {"a": 0, "b": 1},
+                                                              [[7], [7]]))
+    assert (b.num_computed_tokens, b.num_output_placeholders) == (0, 0)
+
+
 def test_priority_victim_before_the_loop_position_shifts_it_back() -> None:
     """Async + priority, 4 usable blocks of 16. "low" runs first in the list but is skipped
     (its in-flight step already reaches max_tokens); "mid" needs a block, so "low" is
