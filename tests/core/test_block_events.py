@@ -54,3 +54,44 @@ def test_evicting_a_block_with_two_hashes_reports_each_hash_once() -> None:
     pool.get_new_blocks(9)  # the whole free queue: the cached block (at its tail) too
     assert pool.take_events() == [BlockRemoved((H[3],), 0), BlockRemoved((H[4],), 0)]
     pool.check_integrity()
+
+
+def _decoded_to_a_full_block(block_size: int, prompt: int) -> tuple[list[object], list[bytes]]:
+    """Full attention + sliding window, hashes every 8 tokens: a LoRA request's prompt, then
+    decoded tokens up to its first block boundary, cached in one call (hybrids cache at whole
+    blocks); returns the events and the request's 8-token hashes."""
+    from impl.core.specs import FullAttentionSpec, SlidingWindowSpec
+    from tests.core.helpers import admit, make_manager, make_request
+
+    manager = make_manager(20, FullAttentionSpec(block_size=block_size),
+                           SlidingWindowSpec(block_size=block_size, sliding_window=2 * block_size),
+                           hash_block_size=8, events=True)
+    request = make_request("a", range(100, 100 + prompt), block_size=8, lora_name="ad",
+                           lora_path="/ad")
+    admit(manager, request)
+    assert manager.take_events() == []  # nothing full yet
+    request.num_computed_tokens = prompt
+    while request.num_tokens < block_size:
+        request.append_output_token(5)
+    manager.cache_blocks(request, request.num_tokens)
+    return list(manager.take_events()), list(request.block_hashes)
+
+
+def test_a_prompt_tail_inside_the_first_block_has_no_parent() -> None:
+    """Prompt of 12 tokens: a resend can hit 8 (its last hash boundary), inside block 0, so
+    block 0 is also findable under the 8-token hash, announced with that hash block's tokens."""
+    events, h = _decoded_to_a_full_block(16, 12)
+    tokens = (*range(100, 112), 5, 5, 5, 5)
+    assert events == [BlockStored((h[1],), None, tokens, 16, "ad", 0),
+                      BlockStored((h[0],), None, tuple(range(100, 108)), 8, "ad", 0),
+                      BlockStored((h[1],), None, tokens, 16, "ad", 1)]
+
+
+def test_a_prompt_tail_after_one_hash_block_chains_to_it() -> None:
+    """Blocks of 32, prompt of 20: the boundary at 16 is the second hash block's end, whose
+    parent is the first hash block."""
+    events, h = _decoded_to_a_full_block(32, 20)
+    tokens = (*range(100, 120), *(5,) * 12)
+    assert events == [BlockStored((h[3],), None, tokens, 32, "ad", 0),
+                      BlockStored((h[1],), h[0], tuple(range(108, 116)), 8, "ad", 0),
+                      BlockStored((h[3],), None, tokens, 32, "ad", 1)]
