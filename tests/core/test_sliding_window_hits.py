@@ -1,0 +1,71 @@
+"""The sliding-window cache-hit search, block by block: a hit needs the window's blocks just
+before its end (cdiv(window - 1, block) of them), found scanning from the right, past holes;
+only a run from block 0 may be shorter. Exact blocks and lengths, as vLLM's own tests do."""
+
+from __future__ import annotations
+
+import pytest
+
+from impl.core.block_pool import BlockPool
+from impl.core.sliding_window import SlidingWindowManager
+from impl.core.specs import SlidingWindowSpec
+
+H = [bytes([i]) * 8 for i in range(8)]  # block hashes of a 7-block prompt
+
+
+def search(cached: set[int], window: int, num_blocks: int, alignment: int = 4
+           ) -> tuple[list[int], int]:
+    """Cache blocks `cached` (by position) of a request, then search its first `num_blocks`
+    hashes; returns the hit's block ids per position (0: the null block) and its length."""
+    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(len(H))
+    for index in sorted(cached):
+        pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
+    pool.free_blocks(blocks)  # cached blocks stay findable while free
+    spec = SlidingWindowSpec(block_size=4, sliding_window=window)
+    hits, length = SlidingWindowManager.find_longest_cache_hit(
+        H[:num_blocks], num_blocks * 4, [0], pool, spec, alignment)
+    ids = [0 if b.is_null else H.index(b.block_hash) + 100 for b in hits[0]]
+    return ids, length
+
+
+def test_a_full_run_hits_everything_keeping_only_the_window() -> None:
+    # window 9: a hit at 24 needs tokens 16-23, blocks 4 and 5
+    assert search(set(range(6)), 9, 6) == ([0, 0, 0, 0, 104, 105], 24)
+
+
+def test_a_hole_at_the_end_is_skipped() -> None:
+    assert search({0, 1, 2, 3, 4}, 9, 6) == ([0, 0, 0, 103, 104], 20)
+
+
+def test_a_hole_in_the_middle_restarts_the_run() -> None:
+    # block 4 alone is too short for the window; 1-2 is the longest window-sized run
+    assert search({0, 1, 2, 4}, 9, 5) == ([0, 101, 102], 12)
+
+
+def test_a_short_run_from_block_zero_is_a_hit() -> None:
+    assert search({0, 2}, 9, 3) == ([100], 4)
+
+
+def test_a_window_one_token_past_a_block_needs_two_blocks() -> None:
+    # window 6: cdiv(5, 4) = 2 blocks; block 2 alone does not make a hit at 12
+    assert search({0, 2}, 6, 3) == ([100], 4)
+    assert search({1, 2}, 6, 3) == ([0, 101, 102], 12)
+
+
+@pytest.mark.parametrize(("cached", "expected"), [
+    ({0, 1, 2, 3, 4, 5}, ([0, 0, 0, 0, 104, 105], 24)),
+    # no window-sized run ends on a multiple of 8 (20 does not), but the run from block 0
+    # covers everything: a hit at 20 aligned down to 16, every block kept
+    ({0, 1, 2, 3, 4}, ([100, 101, 102, 103], 16)),
+    ({0}, ([], 0)),                               # a 4-token run from 0 aligns down to 0
+])
+def test_hits_end_on_the_alignment(cached: set[int], expected: tuple[list[int], int]) -> None:
+    """In a hybrid the hit must end on the scheduler block size (here 8 tokens, 2 blocks)."""
+    assert search(cached, 9, 6, alignment=8) == expected
+
+
+def test_a_hit_ends_on_the_alignment_counted_from_the_start() -> None:
+    """Alignment of 3 blocks (block sizes 4 and 12): no run of two ends on 12 or 24 tokens
+    here, so the run from block 0 (20 tokens) is cut to 12."""
+    assert search({0, 1, 2, 3, 4}, 9, 5, alignment=12) == ([100, 101, 102], 12)
