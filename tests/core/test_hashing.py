@@ -60,6 +60,15 @@ def test_cache_salt_only_on_the_first_block_and_lora_on_every_block() -> None:
     assert hasher.extra_keys(request, 4) == (("lora", "a", "/p"),)
     plain = Request("q", range(8), block_hasher=hasher)
     assert plain.block_hashes[0] != request.block_hashes[0]
+    no_path = Request("n", range(8), lora_name="a", block_hasher=hasher)
+    assert hasher.extra_keys(no_path, 0) == (("lora", "a", ""),)
+
+
+def test_a_hash_block_of_one_token_is_allowed() -> None:
+    hasher = RequestBlockHasher(1, "sha256", make_none_hash("sha256", "0"))
+    assert len(Request("r", range(3), block_hasher=hasher).block_hashes) == 3
+    with pytest.raises(ValueError, match="hash_block_size: must be >= 1"):
+        RequestBlockHasher(0, "sha256", make_none_hash("sha256", "0"))
 
 
 def test_coarser_block_size_uses_the_last_sub_block_hash() -> None:

@@ -69,3 +69,27 @@ def test_a_hit_ends_on_the_alignment_counted_from_the_start() -> None:
     """Alignment of 3 blocks (block sizes 4 and 12): no run of two ends on 12 or 24 tokens
     here, so the run from block 0 (20 tokens) is cut to 12."""
     assert search({0, 1, 2, 3, 4}, 9, 5, alignment=12) == ([100, 101, 102], 12)
+
+
+def chunked_search(cached: set[int], max_length: int, alignment: int = 4
+                   ) -> tuple[list[int], int]:
+    """Chunked local attention, chunks of 8 tokens (2 blocks of 4): a hit needs only the blocks
+    of the chunk it ends in, from the chunk's start."""
+    from impl.core.chunked_local import ChunkedLocalAttentionManager
+    from impl.core.specs import ChunkedLocalAttentionSpec
+
+    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(len(H))
+    for index in sorted(cached):
+        pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
+    pool.free_blocks(blocks)
+    spec = ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=8)
+    hits, length = ChunkedLocalAttentionManager.find_longest_cache_hit(
+        H, max_length, [0], pool, spec, alignment)
+    return [0 if b.is_null else H.index(b.block_hash) + 100 for b in hits[0]], length
+
+
+def test_chunked_hits_need_only_the_last_chunk() -> None:
+    assert chunked_search({4, 5}, 20) == ([0, 0, 0, 0, 104], 20)
+    assert chunked_search({5}, 20) == ([0, 0, 0, 0], 16)  # the chunk's first block is missing
+    assert chunked_search({4, 5}, 20, alignment=8) == ([0, 0, 0, 0], 16)
