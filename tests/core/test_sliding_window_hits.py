@@ -93,3 +93,28 @@ def test_chunked_hits_need_only_the_last_chunk() -> None:
     assert chunked_search({4, 5}, 20) == ([0, 0, 0, 0, 104], 20)
     assert chunked_search({5}, 20) == ([0, 0, 0, 0], 16)  # the chunk's first block is missing
     assert chunked_search({4, 5}, 20, alignment=8) == ([0, 0, 0, 0], 16)
+
+
+def mamba_search(cached: set[int], num_blocks: int, alignment: int = 4) -> tuple[list[int], int]:
+    """Mamba: one state per request, cached at block ends; a hit is the latest cached state
+    whose end is aligned, the positions before it null."""
+    from impl.core.mamba import MambaManager
+    from impl.core.specs import MambaSpec
+
+    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(len(H))
+    for index in sorted(cached):
+        pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
+    pool.free_blocks(blocks)
+    hits, length = MambaManager.find_longest_cache_hit(
+        H[:num_blocks], num_blocks * 4, [0], pool, MambaSpec(block_size=4), alignment)
+    return [0 if b.is_null else H.index(b.block_hash) + 100 for b in hits[0]], length
+
+
+def test_mamba_hits_the_latest_aligned_cached_state() -> None:
+    assert mamba_search({1, 2}, 5) == ([0, 0, 102], 12)  # the latest state, alone
+    assert mamba_search({0, 3}, 5) == ([0, 0, 0, 103], 16)  # skipping a miss on the way
+    assert mamba_search({0, 2}, 5, alignment=8) == ([], 0)  # 12 and 4 are not multiples of 8
+    assert mamba_search({1, 2}, 5, alignment=8) == ([0, 101], 8)
+    assert mamba_search({0}, 5) == ([100], 4)
+    assert mamba_search({2}, 5, alignment=12) == ([0, 0, 102], 12)  # ends counted from 0
