@@ -1,6 +1,8 @@
-"""The sliding-window cache-hit search, block by block: a hit needs the window's blocks just
-before its end (cdiv(window - 1, block) of them), found scanning from the right, past holes;
-only a run from block 0 may be shorter. Exact blocks and lengths, as vLLM's own tests do."""
+"""The cache-hit searches of the types that keep only part of a sequence, block by block, with
+exact blocks and lengths as vLLM's own tests do. Sliding window: a hit needs the window's
+blocks just before its end (cdiv(window - 1, block) of them), found scanning from the right,
+past holes; only a run from block 0 may be shorter. Chunked local: the blocks of the last
+chunk. Mamba: the latest cached state at an aligned end."""
 
 from __future__ import annotations
 
