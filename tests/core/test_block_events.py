@@ -95,3 +95,19 @@ def test_a_prompt_tail_after_one_hash_block_chains_to_it() -> None:
     assert events == [BlockStored((h[3],), None, tokens, 32, "ad", 0),
                       BlockStored((h[1],), h[0], tuple(range(108, 116)), 8, "ad", 0),
                       BlockStored((h[3],), None, tokens, 32, "ad", 1)]
+
+
+def test_a_full_block_can_carry_several_prompt_tail_entries() -> None:
+    """Two prompts ending at different boundaries inside the same cached block: each boundary
+    gets its entry (and its event); repeating one adds nothing."""
+    pool = _pool()
+    [block] = pool.get_new_blocks(1)
+    pool.cache_full_blocks([block], [H[3]], 0, 1, 0, block_size=16, token_ids=range(16))
+    pool.take_events()
+    pool.cache_partial_block(block, H[4], 0, token_ids=range(8))
+    pool.cache_partial_block(block, H[5], 0, token_ids=range(4))
+    pool.cache_partial_block(block, H[4], 0, token_ids=range(8))
+    assert pool.take_events() == [BlockStored((H[4],), None, tuple(range(8)), 8, None, 0),
+                                  BlockStored((H[5],), None, tuple(range(4)), 4, None, 0)]
+    assert block.extra_hashes == [H[4], H[5]]
+    pool.check_integrity()
