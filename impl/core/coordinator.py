@@ -71,7 +71,7 @@ class KVCacheCoordinator:
             manager.hash_block_size = hash_block_size
             manager.retention_interval = kv_cache_config.prefix_cache_retention_interval
         sizes = kv_cache_config.block_sizes
-        self.scheduler_block_size = math.lcm(*sizes) if sizes else hash_block_size
+        self.scheduler_block_size = math.lcm(*sizes)
         if len(self.managers) > 1:
             for manager in self.managers:
                 manager.cache_hit_alignment = self.scheduler_block_size

@@ -85,9 +85,11 @@ class KVCacheManager:
         groups. None: `max_model_len`, which makes the cap the whole sequence."""
         if max_model_len < 1:
             raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
-        sizes = kv_cache_config.block_sizes
+        if not kv_cache_config.kv_cache_groups:
+            raise ValueError("kv_cache_config: needs at least one KV cache group (models "
+                             "without attention or state are not modelled)")
         if hash_block_size is None:
-            hash_block_size = min(sizes) if sizes else 1
+            hash_block_size = min(kv_cache_config.block_sizes)
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.log_stats = log_stats

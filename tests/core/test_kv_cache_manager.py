@@ -113,3 +113,16 @@ def test_reset_prefix_cache_is_refused_while_blocks_are_in_use_and_flagged_in_st
     assert stats is not None and stats.reset is True
     stats = manager.make_prefix_cache_stats()
     assert stats is not None and stats.reset is False
+
+
+def test_the_smallest_context_and_no_groups() -> None:
+    from impl.core.kv_cache_manager import KVCacheManager
+    from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
+
+    flags = {"enable_caching": True, "log_stats": False, "enable_kv_cache_events": False}
+    group = KVCacheGroupSpec(("l",), FullAttentionSpec(block_size=4))
+    assert KVCacheManager(KVCacheConfig(4, (group,)), max_model_len=1, **flags).max_model_len == 1
+    with pytest.raises(ValueError, match="max_model_len: must be >= 1"):
+        KVCacheManager(KVCacheConfig(4, (group,)), max_model_len=0, **flags)
+    with pytest.raises(ValueError, match="needs at least one KV cache group"):
+        KVCacheManager(KVCacheConfig(4, ()), max_model_len=16, **flags)
