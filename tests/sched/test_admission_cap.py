@@ -67,3 +67,13 @@ def test_the_in_flight_bound_doubles_under_async_scheduling() -> None:
     overlapped = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=48, max_model_len=512,
                                  async_scheduling=True)
     assert overlapped.max_in_flight_tokens == 96
+
+
+def test_the_cap_is_for_the_admission_gate_only_not_the_allocation() -> None:
+    """Allocating 97 tokens at once takes 7 blocks per group, window or not (nothing has left
+    the window yet): 14 > 13 usable, refused, although the window group's cap is 5."""
+    manager = _manager(SlidingWindowSpec(block_size=16, sliding_window=32), 32)
+    hasher = RequestBlockHasher(16, "sha256", make_none_hash("sha256", "0"))
+    request = Request("b", range(1000, 1097), block_hasher=hasher)
+    assert manager.allocate_slots(request, 97) is None
+    assert manager.block_pool.get_num_free_blocks() == 13
