@@ -282,6 +282,9 @@ def test_a_request_preempted_while_its_step_is_in_flight_can_still_finish() -> N
     second = scheduler.schedule()
     assert scheduled(first) == {"a": 32, "b": 32}
     assert scheduled(second) == {"a": 1} and second.preempted_req_ids == {"b"}
+    # A preempted request owns no KV any more, so none of it is in flight either.
+    assert scheduler.requests["b"].num_inflight_tokens == 0
+    assert scheduler.requests["a"].num_inflight_tokens == 33
     outputs = scheduler.update_from_output(
         first, ModelRunnerOutput(["a", "b"], {"a": 0, "b": 1}, [[7], [8]]))
     assert [(o.request_id, o.new_token_ids, o.finish_reason) for o in outputs] == [
