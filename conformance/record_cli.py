@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "module:factory, SPEC+sched=module:Class, SPEC+worker "
                              "(default impl)")
     record.add_argument("--workload", required=True, metavar="NAME|FILE")
-    record.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
+    record.add_argument("-o", "--output", type=Path, required=True, metavar="OUT",
+                        help="the trace file (- for standard output)")
     record.add_argument("--integrity-every", type=int, default=None, metavar="N")
     record.add_argument("--max-steps", type=int, default=None, metavar="N")
     record.set_defaults(handler=_record)

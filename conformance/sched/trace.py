@@ -14,6 +14,7 @@ byte-identical traces whatever PYTHONHASHSEED is.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -87,13 +88,17 @@ def dumps_line(data: dict[str, Any]) -> str:
 
 
 class TraceWriter:
-    """Streams a trace to `path`: a header line naming the format, system and workload, then
-    one line per step."""
+    """Streams a trace to `path` (``-``: standard output): a header line naming the format,
+    system and workload, then one line per step."""
 
     def __init__(self, path: Path, system: str, workload: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = path.open("w", encoding="utf-8", newline="\n")
+        self._owned = str(path) != "-"
+        if self._owned:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[str] = path.open("w", encoding="utf-8", newline="\n")
+        else:
+            self._file = sys.stdout
         self._file.write(dumps_line({"format": TRACE_FORMAT, "system": system,
                                      "workload": workload}))
 
@@ -101,7 +106,10 @@ class TraceWriter:
         self._file.write(dumps_line(step_json(step)))
 
     def close(self) -> None:
-        self._file.close()
+        if self._owned:
+            self._file.close()
+        else:
+            self._file.flush()
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -72,3 +72,14 @@ def test_compare_refuses_different_workloads_and_non_traces(tmp_path: Path,
     junk.write_text('{"hello": 1}\n')
     assert main(["compare", str(a), str(junk)]) == 2
     assert "not a trace" in capsys.readouterr().err
+
+
+def test_record_to_standard_output_is_the_same_trace(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o -` writes the trace to stdout (the summary line stays on stderr), byte for byte the
+    file `-o FILE` writes."""
+    path = _record(tmp_path, "file", workload="decode-heavy")
+    capsys.readouterr()
+    assert main(["record", "--workload", "decode-heavy", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == path.read_text() and "-> -" in captured.err
