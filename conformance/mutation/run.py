@@ -25,7 +25,7 @@ from pathlib import Path
 
 from conformance.errors import UserError
 from conformance.mutation import runs
-from conformance.mutation.equivalents import DEFAULT_PATH, load_equivalents
+from conformance.mutation.equivalents import DEFAULT_PATH, classify, load_equivalents
 from conformance.mutation.hunt import main_hunt
 from conformance.mutation.report import judge, write_report
 from conformance.mutation.results import NO_TESTS, SURVIVED, read_mutants, status_of
@@ -77,15 +77,18 @@ def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = (
     return (time.monotonic() - started) / 60.0
 
 
-def reset_survivors(mutants_dir: Path) -> int:
+def reset_survivors(mutants_dir: Path, equivalents: Path, source_root: Path = Path(".")) -> int:
     """Forget the verdicts of survivors ("survived", "no tests"), so the next run tests them
-    again: after new killer tests or workloads, which mutmut's cache does not track."""
+    again: after new killer tests or workloads, which mutmut's cache does not track. Mutants
+    accepted as equivalent keep theirs: no test can kill them, and each would cost a full run
+    of the killers."""
+    accepted, _ = classify(read_mutants(mutants_dir, source_root), load_equivalents(equivalents))
     count = 0
     for meta in sorted((mutants_dir / "impl").rglob("*.py.meta")):
         data = json.loads(meta.read_text(encoding="utf-8"))
         verdicts = data["exit_code_by_key"]
         for name, exit_code in verdicts.items():
-            if status_of(exit_code) in (SURVIVED, NO_TESTS):
+            if status_of(exit_code) in (SURVIVED, NO_TESTS) and name not in accepted:
                 verdicts[name] = None
                 count += 1
         meta.write_text(json.dumps(data, indent=4), encoding="utf-8")
@@ -141,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2,
                         help="mutants tested at once (default 2: one per core here)")
     parser.add_argument("--rerun-survivors", action="store_true",
-                        help="test surviving mutants again (after adding killer tests)")
+                        help="test surviving mutants again (after adding killer tests), "
+                             "except those accepted as equivalent")
     parser.add_argument("--target", type=float, default=95.0,
                         help="lowest passing score in percent (default 95)")
     parser.add_argument("--equivalents", type=Path, default=DEFAULT_PATH)
@@ -165,8 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "run":
                 if args.rerun_survivors:
-                    print(f"mutation: {reset_survivors(args.mutants_dir)} survivors to test "
-                          "again")
+                    count = reset_survivors(args.mutants_dir, args.equivalents)
+                    print(f"mutation: {count} survivors to test again")
                 minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
                 record_run(args.mutants_dir, minutes)
             ok = report(args.mutants_dir, Path("."), args.equivalents, out, args.target,

@@ -196,10 +196,22 @@ def test_the_project_equivalents_file_loads() -> None:
 def test_rerun_survivors_forgets_only_survivor_verdicts(tmp_path: Path) -> None:
     mutants = make_tree(tmp_path, {f"{TOUCH}__mutmut_1": 1, f"{TOUCH}__mutmut_2": 0,
                                    "impl.core.pool.x_double__mutmut_1": 33})
-    assert reset_survivors(mutants) == 2
+    none = tmp_path / "none.toml"
+    none.write_text("")
+    assert reset_survivors(mutants, none, mutants.parent) == 2
     meta = json.loads((mutants / "impl" / "core" / "pool.py.meta").read_text())
     assert meta["exit_code_by_key"] == {f"{TOUCH}__mutmut_1": 1, f"{TOUCH}__mutmut_2": None,
                                         "impl.core.pool.x_double__mutmut_1": None}
+
+
+def test_rerun_survivors_keeps_the_verdicts_of_accepted_equivalents(tmp_path: Path) -> None:
+    mutants = make_tree(tmp_path, {f"{TOUCH}__mutmut_1": 1, f"{TOUCH}__mutmut_2": 0,
+                                   "impl.core.pool.x_double__mutmut_1": 33})
+    accepted = tmp_path / "eq.toml"
+    accepted.write_text(f'[[mutant]]\nid = "{TOUCH}__mutmut_2"\nreason = "same"\n')
+    assert reset_survivors(mutants, accepted, mutants.parent) == 1
+    meta = json.loads((mutants / "impl" / "core" / "pool.py.meta").read_text())
+    assert meta["exit_code_by_key"][f"{TOUCH}__mutmut_2"] == 0
 
 
 def test_minutes_add_up_over_runs(tmp_path: Path) -> None:
