@@ -1,3 +1,5 @@
+"""The scheduler's core decisions: budget order, long-prefill caps, admission, preemption,
+prefix hits, stops and aborts (speculative decoding and async: test_spec_and_async.py)."""
 
 from impl.sched.request import RequestStatus
 from tests.sched.helpers import EOS, make_request, make_scheduler, scheduled, step
