@@ -53,9 +53,11 @@ def block_pool(system: str, num_blocks: int, enable_caching: bool = True,
     check_system(system)
     if system == "impl":
         from impl.core.block_pool import BlockPool
-    else:
-        from vllm.v1.core.block_pool import BlockPool  # type: ignore[no-redef]
-    return BlockPool(num_blocks, enable_caching, hash_block_size)
+
+        return BlockPool(num_blocks, enable_caching, enable_kv_cache_events=False)
+    from vllm.v1.core.block_pool import BlockPool as UpstreamBlockPool
+
+    return UpstreamBlockPool(num_blocks, enable_caching, hash_block_size)
 
 
 # -- hashing -------------------------------------------------------------------------------

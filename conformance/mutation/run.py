@@ -28,7 +28,13 @@ from conformance.mutation import runs
 from conformance.mutation.equivalents import DEFAULT_PATH, classify, load_equivalents
 from conformance.mutation.hunt import main_hunt
 from conformance.mutation.report import judge, write_report
-from conformance.mutation.results import NO_TESTS, SURVIVED, read_mutants, status_of
+from conformance.mutation.results import (
+    NO_TESTS,
+    SURVIVED,
+    SUSPICIOUS,
+    read_mutants,
+    status_of,
+)
 from conformance.sched.suite import REGRESSIONS_DIR
 
 ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -78,7 +84,8 @@ def run_mutmut(max_minutes: float, max_children: int, mutants: Sequence[str] = (
 
 
 def reset_survivors(mutants_dir: Path, equivalents: Path, source_root: Path = Path(".")) -> int:
-    """Forget the verdicts of survivors ("survived", "no tests"), so the next run tests them
+    """Forget the verdicts of survivors ("survived", "no tests", and "suspicious": a mutant
+    process ended by a signal, e.g. stopped by hand), so the next run tests them
     again: after new killer tests or workloads, which mutmut's cache does not track. Mutants
     accepted as equivalent keep theirs: no test can kill them, and each would cost a full run
     of the killers."""
@@ -88,7 +95,7 @@ def reset_survivors(mutants_dir: Path, equivalents: Path, source_root: Path = Pa
         data = json.loads(meta.read_text(encoding="utf-8"))
         verdicts = data["exit_code_by_key"]
         for name, exit_code in verdicts.items():
-            if status_of(exit_code) in (SURVIVED, NO_TESTS) and name not in accepted:
+            if status_of(exit_code) in (SURVIVED, NO_TESTS, SUSPICIOUS) and name not in accepted:
                 verdicts[name] = None
                 count += 1
         meta.write_text(json.dumps(data, indent=4), encoding="utf-8")

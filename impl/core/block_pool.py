@@ -24,14 +24,13 @@ class BlockPool:
         self,
         num_gpu_blocks: int,
         enable_caching: bool,
-        hash_block_size: int,
-        enable_kv_cache_events: bool = False,
+        *,
+        enable_kv_cache_events: bool,
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1 (got {num_gpu_blocks})")
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
-        self.hash_block_size = hash_block_size
         self.blocks = [KVCacheBlock(block_id) for block_id in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         # Block 0 is the null block: it stands for positions a request no longer needs (outside

@@ -56,11 +56,9 @@ class KVCacheCoordinator:
         enable_kv_cache_events: bool,
     ) -> None:
         check_hash_block_size(kv_cache_config, hash_block_size)
-        self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
-        self.block_pool = BlockPool(
-            kv_cache_config.num_blocks, enable_caching, hash_block_size, enable_kv_cache_events
-        )
+        self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching,
+                                    enable_kv_cache_events=enable_kv_cache_events)
         self.managers: list[SingleTypeKVCacheManager] = [
             manager_class_for(group.kv_cache_spec)(
                 group.kv_cache_spec, self.block_pool, enable_caching, group_id

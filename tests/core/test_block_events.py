@@ -10,7 +10,7 @@ H = [bytes([i]) * 8 for i in range(8)]  # stand-in block hashes
 
 
 def _pool() -> BlockPool:
-    return BlockPool(10, enable_caching=True, hash_block_size=8, enable_kv_cache_events=True)
+    return BlockPool(10, enable_caching=True, enable_kv_cache_events=True)
 
 
 def test_a_cache_call_whose_blocks_were_all_skipped_still_reports_its_token_range() -> None:

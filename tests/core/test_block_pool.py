@@ -9,7 +9,7 @@ def ids(blocks: list) -> list[int]:  # type: ignore[type-arg]
 
 
 def test_block_zero_is_the_null_block_and_never_free() -> None:
-    pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
     assert pool.null_block.block_id == 0 and pool.null_block.is_null
     assert pool.get_num_free_blocks() == 4
     assert ids(pool.get_new_blocks(4)) == [1, 2, 3, 4]
@@ -17,7 +17,7 @@ def test_block_zero_is_the_null_block_and_never_free() -> None:
 
 
 def test_freed_unhashed_blocks_go_to_the_front_hashed_to_the_tail() -> None:
-    pool = BlockPool(6, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(6, enable_caching=True, enable_kv_cache_events=False)
     a = pool.get_new_blocks(3)  # 1, 2, 3
     pool.cache_full_blocks(a, [b"h1", b"h2"], 0, 2, 0, block_size=4)
     # A request frees tail first: 3 (no hash), 2, 1 (hashed).
@@ -27,7 +27,7 @@ def test_freed_unhashed_blocks_go_to_the_front_hashed_to_the_tail() -> None:
 
 
 def test_eviction_takes_the_least_recently_freed_cached_block() -> None:
-    pool = BlockPool(4, enable_caching=True, hash_block_size=4, enable_kv_cache_events=True)
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=True)
     blocks = pool.get_new_blocks(3)
     pool.cache_full_blocks(blocks, [b"a", b"b", b"c"], 0, 3, 0, block_size=4,
                            token_ids=list(range(12)))
@@ -43,7 +43,7 @@ def test_eviction_takes_the_least_recently_freed_cached_block() -> None:
 
 
 def test_touch_revives_a_cached_free_block() -> None:
-    pool = BlockPool(4, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=False)
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(blocks, [b"a", b"b"], 0, 2, 0, block_size=4)
     pool.free_blocks(reversed(blocks))
@@ -54,7 +54,7 @@ def test_touch_revives_a_cached_free_block() -> None:
 
 
 def test_duplicate_hashes_return_the_first_cached_block() -> None:
-    pool = BlockPool(4, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=False)
     first, second = pool.get_new_blocks(2)
     pool.cache_full_blocks([first], [b"x"], 0, 1, 0, block_size=4)
     pool.cache_full_blocks([second], [b"x"], 0, 1, 0, block_size=4)
@@ -65,7 +65,7 @@ def test_duplicate_hashes_return_the_first_cached_block() -> None:
 
 
 def test_groups_are_cached_independently() -> None:
-    pool = BlockPool(4, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=False)
     a, b = pool.get_new_blocks(2)
     pool.cache_full_blocks([a], [b"x"], 0, 1, 0, block_size=4)
     assert pool.get_cached_block(b"x", [0, 1]) is None
@@ -74,7 +74,7 @@ def test_groups_are_cached_independently() -> None:
 
 
 def test_reset_prefix_cache_only_when_nothing_is_in_use() -> None:
-    pool = BlockPool(4, enable_caching=True, hash_block_size=4, enable_kv_cache_events=True)
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=True)
     blocks = pool.get_new_blocks(1)
     pool.cache_full_blocks(blocks, [b"x"], 0, 1, 0, block_size=4)
     assert pool.reset_prefix_cache() is False
@@ -86,7 +86,7 @@ def test_reset_prefix_cache_only_when_nothing_is_in_use() -> None:
 
 
 def test_usage_counts_only_usable_blocks() -> None:
-    pool = BlockPool(5, enable_caching=False, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=False, enable_kv_cache_events=False)
     pool.get_new_blocks(2)
     assert pool.get_usage() == pytest.approx(0.5)
 
@@ -94,8 +94,8 @@ def test_usage_counts_only_usable_blocks() -> None:
 def test_usage_of_the_smallest_pools() -> None:
     """A pool of one block has only the null block: nothing usable, usage 0 (not a division by
     zero); a pool of two has one usable block, fully used once it is handed out."""
-    assert BlockPool(1, enable_caching=True, hash_block_size=4).get_usage() == 0.0
-    pool = BlockPool(2, enable_caching=True, hash_block_size=4)
+    assert BlockPool(1, enable_caching=True, enable_kv_cache_events=False).get_usage() == 0.0
+    pool = BlockPool(2, enable_caching=True, enable_kv_cache_events=False)
     assert pool.get_usage() == 0.0
     (block,) = pool.get_new_blocks(1)
     assert pool.get_usage() == 1.0
@@ -104,7 +104,7 @@ def test_usage_of_the_smallest_pools() -> None:
 
 
 def test_asking_for_too_many_blocks_raises_and_keeps_state() -> None:
-    pool = BlockPool(3, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(3, enable_caching=True, enable_kv_cache_events=False)
     with pytest.raises(ValueError, match="Cannot get 3 free blocks"):
         pool.get_new_blocks(3)
     assert pool.get_num_free_blocks() == 2

@@ -19,7 +19,7 @@ def search(cached: set[int], window: int, num_blocks: int, alignment: int = 4
            ) -> tuple[list[int], int]:
     """Cache blocks `cached` (by position) of a request, then search its first `num_blocks`
     hashes; returns the hit's block ids per position (0: the null block) and its length."""
-    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
     blocks = pool.get_new_blocks(len(H))
     for index in sorted(cached):
         pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
@@ -80,7 +80,7 @@ def chunked_search(cached: set[int], max_length: int, alignment: int = 4
     from impl.core.chunked_local import ChunkedLocalAttentionManager
     from impl.core.specs import ChunkedLocalAttentionSpec
 
-    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
     blocks = pool.get_new_blocks(len(H))
     for index in sorted(cached):
         pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
@@ -103,7 +103,7 @@ def mamba_search(cached: set[int], num_blocks: int, alignment: int = 4) -> tuple
     from impl.core.mamba import MambaManager
     from impl.core.specs import MambaSpec
 
-    pool = BlockPool(16, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
     blocks = pool.get_new_blocks(len(H))
     for index in sorted(cached):
         pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
@@ -120,3 +120,32 @@ def test_mamba_hits_the_latest_aligned_cached_state() -> None:
     assert mamba_search({1, 2}, 5, alignment=8) == ([0, 101], 8)
     assert mamba_search({0}, 5) == ([100], 4)
     assert mamba_search({2}, 5, alignment=12) == ([0, 0, 102], 12)  # ends counted from 0
+
+
+def test_full_attention_hits_are_cut_to_the_alignment() -> None:
+    from impl.core.full_attention import FullAttentionManager
+    from impl.core.specs import FullAttentionSpec
+
+    pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
+    blocks = pool.get_new_blocks(len(H))
+    pool.cache_full_blocks(blocks[:3], H, 0, 3, 0, block_size=4)
+    spec = FullAttentionSpec(block_size=4)
+    for alignment, length in ((4, 12), (8, 8), (12, 12)):
+        hits, found = FullAttentionManager.find_longest_cache_hit(H, 28, [0], pool, spec,
+                                                                  alignment)
+        assert (len(hits[0]), found) == (length // 4, length)
+
+
+def test_window_blocks_needed_and_the_sparse_retention_mask() -> None:
+    """A window of 6 tokens needs cdiv(5, 4) = 2 blocks before a hit; with sparse retention
+    only blocks that some aligned boundary (every 3 blocks) needs are worth caching."""
+    from tests.core.helpers import make_manager
+
+    manager = make_manager(10, SlidingWindowSpec(block_size=4, sliding_window=6))
+    window = manager.coordinator.managers[0]
+    assert isinstance(window, SlidingWindowManager)
+    assert window.blocks_needed_for_hit() == 2
+    window.retention_interval = 1
+    window.cache_hit_alignment = 12
+    # block i is kept iff a boundary at a multiple of 3 blocks lies in (i, i + 2]
+    assert window.reachable_block_mask(2, 6, 40) == [True, False, True, True]

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_healthy_pool_counts_active_cached_and_empty_blocks() -> None:
-    pool = BlockPool(6, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(6, enable_caching=True, enable_kv_cache_events=False)
     blocks = pool.get_new_blocks(3)  # 1, 2, 3 active
     pool.cache_full_blocks(blocks, [b"h1"], 0, 1, 0, block_size=4)
     pool.free_blocks([blocks[0]])  # 1: cached and free
@@ -33,7 +33,7 @@ def test_a_healthy_pool_counts_active_cached_and_empty_blocks() -> None:
 
 
 def test_a_block_lost_from_queue_and_tables_breaks_conservation() -> None:
-    pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
     lost = pool.free_block_queue.popleft()  # neither free nor referenced any more
     assert lost.block_id == 1
     with pytest.raises(IntegrityError, match=r"active 0 \+ cached 0 \+ empty 3 != 4 usable"):
@@ -41,24 +41,47 @@ def test_a_block_lost_from_queue_and_tables_breaks_conservation() -> None:
 
 
 def test_a_referenced_block_left_in_the_queue_breaks_conservation() -> None:
-    pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
     pool.blocks[2].ref_cnt = 1  # in use, yet still queued: counted twice
     with pytest.raises(IntegrityError, match=r"active 1 \+ cached 0 \+ empty 4 != 4 usable"):
         pool.check_integrity()
 
 
 def test_a_ref_count_that_disagrees_with_the_tables_is_caught() -> None:
-    pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
     pool.get_new_blocks(2)  # 1, 2
     with pytest.raises(IntegrityError, match=r"id=2.*ref_cnt 1 != 0 holders"):
         pool.check_integrity({1: 1})
 
 
 def test_a_hash_missing_from_the_index_is_caught() -> None:
-    pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
     pool.blocks[3].block_hash = b"ghost"  # free, hashed, but no index entry points at it
     with pytest.raises(IntegrityError, match=r"id=3.*has a hash but is not indexed"):
         pool.check_integrity()
+
+
+def test_the_first_usable_block_is_checked_too() -> None:
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
+    pool.blocks[1].block_hash = b"ghost"
+    with pytest.raises(IntegrityError, match=r"id=1.*has a hash but is not indexed"):
+        pool.check_integrity()
+
+
+def test_a_null_block_that_lost_its_mark_is_caught() -> None:
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
+    pool.null_block.is_null = False
+    with pytest.raises(IntegrityError, match="block pool: null block is"):
+        pool.check_integrity()
+
+
+def test_an_index_entry_in_the_wrong_group_is_caught() -> None:
+    pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
+    [block] = pool.get_new_blocks(1)
+    pool.cache_full_blocks([block], [b"h"], 0, 1, 0, block_size=4)
+    block.hash_group_id = 1  # under its own hash, but in group 0's index
+    with pytest.raises(IntegrityError, match="block pool: index entry"):
+        pool.check_integrity({block.block_id: 1})
 
 
 def test_a_free_queue_entry_under_a_wrong_key_is_caught() -> None:
@@ -113,7 +136,7 @@ def test_the_checks_survive_python_dash_o() -> None:
         from vtwin.errors import IntegrityError
         if __debug__:
             sys.exit("not running under -O")
-        pool = BlockPool(5, enable_caching=True, hash_block_size=4)
+        pool = BlockPool(5, enable_caching=True, enable_kv_cache_events=False)
         pool.free_block_queue.popleft()
         try:
             pool.check_integrity()
