@@ -113,8 +113,13 @@ def classify(mutants: Iterable[Mutant], entries: Iterable[Equivalent]
     ordered = sorted(entries, key=lambda e: e.kind != "mutant")
     accepted: dict[str, Equivalent] = {}
     stale: list[Equivalent] = []
+    by_id = {m.id: m for m in mutants}
     for entry in ordered:
-        matched = [m for m in mutants if entry.matches(m)]
+        same = by_id.get(entry.key)
+        if entry.kind == "mutant" and same is not None and entry.matches(same):
+            matched = [same]  # still under its id: an identical mutation elsewhere is another
+        else:
+            matched = [m for m in mutants if entry.matches(m)]
         if not matched:
             stale.append(entry)
         for mutant in matched:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,14 @@ def test_hunt_reads_the_newest_run(tmp_path: Path) -> None:
     (root / "latest.txt").write_text("r7\n")
     assert latest_report(None, root) == root / "r7" / "mutation.json"
     assert latest_report(tmp_path / "x", root) == tmp_path / "x" / "mutation.json"
+
+
+def test_a_pinned_entry_under_its_own_id_does_not_claim_a_twin_mutation(tree: Path) -> None:
+    """Two mutants can change identical lines (the same statement twice in a function); an
+    entry still at its id and sha is about that one only, not its twin elsewhere."""
+    mutants = read_mutants(tree, tree.parent)
+    survivor = by_id(mutants)[f"{TOUCH}__mutmut_2"]
+    twin = replace(survivor, id=f"{TOUCH}__mutmut_5", status=KILLED)
+    entry = Equivalent("mutant", survivor.id, "this one", sha=survivor.sha)
+    verdict = judge([*mutants, twin], [entry])
+    assert verdict.summary.stale == () and verdict.summary.equivalent == 1
