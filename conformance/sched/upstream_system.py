@@ -37,23 +37,10 @@ from conformance.sched.system import (
     block_hashes_of,
     block_ids,
     block_tables_of,
-    external_hash,
 )
 from conformance.sched.upstream_config import build_kv_cache_config, build_vllm_config
+from conformance.sched.upstream_events import EventSink, upstream_event
 from workloads.model import EngineConfig, RequestSpec
-
-
-class _EventSink:
-    """Stands in for upstream's KV-event publisher: keeps each published batch's events."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def publish(self, batch: Any) -> None:
-        self.events.extend(batch.events)
-
-    def shutdown(self) -> None:
-        """Nothing to release."""
 
 
 class UpstreamSystem:
@@ -92,7 +79,7 @@ class UpstreamSystem:
         pool = self.scheduler.kv_cache_manager.block_pool
         pool.enable_kv_cache_events = True
         self.scheduler.kv_cache_manager.enable_kv_cache_events = True
-        self._sink = _EventSink()
+        self._sink = EventSink()
         self.scheduler.kv_event_publisher = self._sink
         self._block_hasher = kv_cache_utils.get_request_block_hasher(
             config.effective_hash_block_size, hash_fn)
@@ -263,7 +250,7 @@ class UpstreamSystem:
     def take_events(self) -> tuple[CacheEvent, ...]:
         events, self._sink.events = self._sink.events, []
         events.extend(self.scheduler.kv_cache_manager.take_events() or ())
-        return tuple(_event(e) for e in events)
+        return tuple(upstream_event(e) for e in events)
 
     def check_integrity(self) -> None:
         """Upstream has no integrity check of its own; the comparison is the check."""
@@ -316,18 +303,3 @@ def installed_adapter() -> type[UpstreamSystem]:
     from vllm import __version__ as version
 
     return adapter_for(version)
-
-
-def _event(event: Any) -> CacheEvent:
-    kind = type(event).__name__
-    if kind == "BlockStored":
-        parent = event.parent_block_hash
-        return CacheEvent("stored", getattr(event, "group_idx", None),  # None before 0.32
-                          tuple(external_hash(h) for h in event.block_hashes),
-                          None if parent is None else external_hash(parent),
-                          len(event.token_ids), tuple(event.token_ids), event.block_size,
-                          getattr(event, "lora_name", None))
-    if kind == "BlockRemoved":
-        return CacheEvent("removed", getattr(event, "group_idx", None),
-                          tuple(external_hash(h) for h in event.block_hashes))
-    return CacheEvent("cleared")
