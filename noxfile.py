@@ -162,10 +162,12 @@ def mutation(session: nox.Session) -> None:
     reports/mutation/latest and index.html list every run). Bounded and incremental:
     `nox -s mutation -- --max-minutes 60` stops launching mutants after 60 minutes (the rest are
     reported as not run), and verdicts are cached in mutants/ so the next run tests only the
-    mutants not judged yet or of changed functions. Fails below `--target` (95%) or on a stale
-    entry in conformance/equivalent_mutants.toml."""
+    mutants not judged yet or of changed functions (`-- --rerun-survivors` after new killers).
+    Fails below `--target` (95%) or on a stale entry in conformance/equivalent_mutants.toml.
+    `nox -s mutation -- hunt [MUTANT...]` instead searches the generated workload space for
+    what kills surviving mutants and keeps each find as a regression workload."""
     install_oracle(session)
     session.install("-e", ".[test,runner,mutation]")
-    session.run("python", "-m", "conformance.mutation", "run", *session.posargs,
-                env=ORACLE_ENV)
+    args = session.posargs if session.posargs[:1] == ["hunt"] else ["run", *session.posargs]
+    session.run("python", "-m", "conformance.mutation", *args, env=ORACLE_ENV)
 
