@@ -5,8 +5,9 @@ tells the two apart only sometimes; a search tells more: with the mutant switche
 `MUTANT_UNDER_TEST`, read on every call by the trampolines in `mutants/impl`), Hypothesis
 draws workloads from the wide space (`conformance.sched.strategies`) and runs the mutated twin
 in lockstep against upstream until one diverges, then shrinks it. A found workload is checked
-on the unmutated twin (it must be exact there, or it is a real divergence: reported, not kept)
-and written as a regression (`conformance/regressions/mutant-*.jsonl`), which the gate, CI and
+on the unmutated twin (it must be exact there; if not, it is a real divergence, reported and
+written under `.hypothesis/regressions/` like the random tests' finds) and written as a
+regression (`conformance/regressions/mutant-*.jsonl`), which the gate, CI and
 the mutation killers run from then on. A mutant the search cannot kill in `--examples` draws is
 reported as such: evidence for an equivalence entry, not proof.
 
