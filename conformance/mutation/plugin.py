@@ -13,7 +13,7 @@ Four jobs, all inert outside a mutation run except the profile registration:
 - bounds a mutant's process: address space and CPU time (`VTWIN_MUTANT_MAX_GIB`, default 6;
   `VTWIN_MUTANT_MAX_CPU_S`, default 900). A mutant that turns a loop into an endless one
   (`start += size` into `start = size` in the hasher) otherwise grows a list until the machine
-  swaps: measured, two such mutants held both cores for 35 minutes at 3 GB each and rising.
+  swaps: two such mutants held both cores and grew past 3 GB each until stopped by hand.
   Hitting a bound fails the test (MemoryError) or ends the process (SIGXCPU): killed.
 - records what killed each mutant: the first failing test of a run with MUTANT_UNDER_TEST set
   to a mutant name is appended to `mutmut-killers.jsonl` (in mutmut's working directory).
