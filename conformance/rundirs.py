@@ -174,7 +174,7 @@ class IndexPage:
     """The file inside a run directory that the run's id links to."""
 
 
-_STYLE = """
+INDEX_STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;
 color:#1f2328}
 table{border-collapse:collapse;width:100%} td,th{border:1px solid #d0d7de;padding:4px 8px;
@@ -195,7 +195,7 @@ def render_index(spec: IndexPage, runs: list[Summary], latest: str | None) -> st
                    "(<code>latest</code> points at it).</p>" if latest else "")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{e(spec.title)}</title><style>{_STYLE}</style></head><body>
+<title>{e(spec.title)}</title><style>{INDEX_STYLE}</style></head><body>
 <h1>{e(spec.title)}</h1>
 {latest_html}<p>{spec.intro} Each run has a directory of its own; nothing is overwritten.</p>
 <table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>

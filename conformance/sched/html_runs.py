@@ -7,26 +7,19 @@ differential-test page (`index.html`, written by `nox -s conformance`) and upstr
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;
-color:#1f2328}
-table{border-collapse:collapse;width:100%} td,th{border:1px solid #d0d7de;padding:4px 8px;
-text-align:left;vertical-align:top} th{background:#f6f8fa}
-.ok{color:#1a7f37;font-weight:bold} .bad{color:#cf222e;font-weight:bold}
-"""
+from conformance.rundirs import INDEX_STYLE, e
 
 
 def render_runs(runs: list[dict[str, Any]], latest: str | None) -> str:
     rows = "".join(_row(run, run["id"] == latest) for run in runs)
-    latest_html = (f"<p>Latest run: <a href='latest/conform.html'>{_e(latest)}</a> "
+    latest_html = (f"<p>Latest run: <a href='latest/conform.html'>{e(latest)}</a> "
                    "(<code>reports/conformance/latest</code> points at it).</p>"
                    if latest else "")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>vtwin conformance runs</title><style>{_STYLE}</style></head><body>
+<title>vtwin conformance runs</title><style>{INDEX_STYLE}</style></head><body>
 <h1>vtwin conformance runs</h1>
 {latest_html}
 <p>Each run has a directory of its own; nothing is overwritten. <i>lockstep</i>: the
@@ -44,21 +37,17 @@ def _row(run: dict[str, Any], latest: bool) -> str:
     if "workloads" in run:
         cls = "ok" if run.get("ok") else "bad"
         lockstep = (f"<span class='{cls}'>{run['reached']}/{run['workloads']}</span> at "
-                    f"{_e(run.get('level'))} ({_e(run.get('systems'))})")
+                    f"{e(run.get('level'))} ({e(run.get('systems'))})")
     tests = "-"
     if "tests" in run:
         t = run["tests"]
         bad = t["failed"] + t["error"]
         tests = (f"<span class='{'bad' if bad else 'ok'}'>{t['passed']} passed, {bad} failed"
                  f"</span>, {t['skipped']} skipped")
-    links = [f"<a href='{_e(run['id'])}/{name}'>{label}</a>"
+    links = [f"<a href='{e(run['id'])}/{name}'>{label}</a>"
              for name, label in (("conform.html", "lockstep"), ("index.html", "tests"),
                                  ("upstream.log", "upstream log")) if name in files]
     mark = " <b>(latest)</b>" if latest else ""
-    return (f"<tr><td><code>{_e(run['id'])}</code>{mark}</td><td>{_e(run.get('generated'))}"
-            f"</td><td>{_e(run.get('command') or 'nox -s conformance')}</td><td>{lockstep}</td>"
+    return (f"<tr><td><code>{e(run['id'])}</code>{mark}</td><td>{e(run.get('generated'))}"
+            f"</td><td>{e(run.get('command') or 'nox -s conformance')}</td><td>{lockstep}</td>"
             f"<td>{tests}</td><td>{' · '.join(links) or '-'}</td></tr>")
-
-
-def _e(text: object) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
