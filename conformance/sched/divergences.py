@@ -100,11 +100,13 @@ def load_known(path: Path) -> tuple[KnownDivergence, ...]:
 
 
 def _canonical(spec: str) -> str:
-    """A spec as one string whatever its spelling (`upstream-0.32.0` is `upstream`)."""
+    """A spec as one string whatever its spelling (`upstream-0.32.0` is `upstream`; the twin
+    is `impl` whichever release it follows: the pair's other side says which)."""
     from conformance.specs import parse_spec
 
     parsed = parse_spec(spec)
-    return repr((parsed.kind, parsed.version, parsed.path, parsed.target, parsed.scheduler_cls,
+    version = None if parsed.kind == "impl" else parsed.version
+    return repr((parsed.kind, version, parsed.path, parsed.target, parsed.scheduler_cls,
                  parsed.worker))
 
 

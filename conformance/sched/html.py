@@ -129,6 +129,8 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
                      "</pre></details>")
     if w.get("stall"):
         parts.append(_stall(w))
+    if w.get("refused"):
+        parts.append(f"<p style='color:#57606a'>{_e(w['refused'])}</p>")
     parts.append(render_divergences(w, left, right))
     decisive = _decisive(w)
     marker = None if decisive is None else (
@@ -147,6 +149,8 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
 
 
 def _stall_badge(w: dict[str, Any]) -> str:
+    if w.get("refused"):
+        return " (config refused by both)"
     stall = w.get("stall")
     if not stall:
         return ""

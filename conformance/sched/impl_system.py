@@ -9,7 +9,8 @@ sorts them, exactly as for upstream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -37,8 +38,11 @@ from conformance.sched.upstream_config import group_shape
 from workloads.model import EngineConfig, RequestSpec
 
 
-def build_impl_scheduler(config: EngineConfig, none_hash: bytes) -> Any:
-    """The twin's Scheduler (AsyncScheduler under async scheduling) for `config`."""
+def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
+                         release: str | None = None) -> Any:
+    """The twin's Scheduler (AsyncScheduler under async scheduling) for `config`, reproducing
+    `release` where releases differ (None: the twin's default, `impl.behaviour`)."""
+    from impl.behaviour import DEFAULT_BEHAVIOUR, behaviour_for
     from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
     from impl.sched.async_scheduler import AsyncScheduler
     from impl.sched.config import SchedulerConfig
@@ -59,6 +63,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes) -> Any:
         block_size=config.block_size,
         hash_block_size=config.hash_block_size,
         enable_kv_cache_events=True,  # events are compared, as upstream's are published
+        behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -68,17 +73,26 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes) -> Any:
                          log_stats=True)
 
 
+def impl_factory(release: str | None) -> Callable[[EngineConfig], ImplSystem]:
+    """The `EngineConfig -> System` factory of `impl` (release None) or `impl==X.Y.Z`."""
+    if release is None:
+        return ImplSystem
+    return functools.partial(ImplSystem, release=release)
+
+
 class ImplSystem:
     name = "impl"
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, release: str | None = None) -> None:
         from impl.core.hashing import none_hash_from_env
         from impl.core.request_hasher import RequestBlockHasher
 
         self.config = config
         none_hash = none_hash_from_env(config.hash_algo)
         self.none_hash = bytes(none_hash).hex()
-        self.scheduler: Any = build_impl_scheduler(config, none_hash)
+        self.scheduler: Any = build_impl_scheduler(config, none_hash, release)
+        if release is not None:
+            self.name = f"impl=={release}"
         self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
                                           none_hash)
 

@@ -28,10 +28,11 @@ from conformance.sched.activity import Activity
 from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
 from conformance.sched.liveness import Stalled, describe_state
+from conformance.sched.proxy import WorkerDied
 from conformance.sched.record import StepRecord
 from conformance.sched.system import System, SystemFactory, SystemState, close_system
 from conformance.sched.trace import TraceWriter
-from workloads.model import Workload
+from workloads.model import EngineConfig, Workload
 
 Progress = Callable[[str, int], None]
 """Called as progress(workload_name, step) every `progress_every` steps."""
@@ -128,6 +129,9 @@ class LockstepResult:
     activity: Activity = Activity(0, 0, 0, 0, 0, 0)
     """What the left system's run exercised (preemptions, evictions, padding, hits)."""
     divergence_states: tuple[DivergenceState, ...] = ()
+    refused: str | None = None
+    """Both systems refused the workload's config when built (each one's error): agreement,
+    as a release that rejects a config is behaviour the twin must reproduce."""
 
     @property
     def level_reached(self) -> str | None:
@@ -162,7 +166,7 @@ def run_lockstep(
     started = time.monotonic()
     comparers = [Comparer(workload.name, level, context) for level in LEVELS]
     records: tuple[list[StepRecord], list[StepRecord]] = ([], [])
-    names = ["left", "right"]
+    names = [getattr(left, "label", "left"), getattr(right, "label", "right")]
     writers: list[TraceWriter] = []
     error: str | None = None
     detail: str | None = None
@@ -172,9 +176,14 @@ def run_lockstep(
     systems: list[System] = []
     snapped: dict[str, DivergenceState] = {}
     try:
-        for side, factory in enumerate((left, right)):
-            systems.append(factory(workload.config))
-            names[side] = systems[side].name
+        built = [_build(factory, workload.config) for factory in (left, right)]
+        if isinstance(built[0], Exception) and isinstance(built[1], Exception):
+            return _refused_by_both(workload.name, names, built[0], built[1], started)
+        for side, product in enumerate(built):
+            if isinstance(product, Exception):
+                raise product
+            systems.append(product)
+            names[side] = product.name
         none_hashes = [getattr(s, "none_hash", None) for s in systems]
         for comparer in comparers:
             comparer.feed_setting("none_hash", *none_hashes)
@@ -253,6 +262,29 @@ def run_lockstep(
         left_series=Series.of(records[0]), right_series=Series.of(records[1]), stall=stall,
         activity=Activity.of(records[0]), divergence_states=tuple(snapped.values()),
     )
+
+
+def _build(factory: SystemFactory, config: EngineConfig) -> System | Exception:
+    """The factory's system, or what it raised (the caller decides whether that is an error:
+    it is not when the other side refuses the config too). A worker that died is never a
+    refusal."""
+    try:
+        return factory(config)
+    except WorkerDied:
+        raise
+    except Exception as err:
+        return err
+
+
+def _refused_by_both(workload: str, names: list[str], left: Exception, right: Exception,
+                     started: float) -> LockstepResult:
+    refusal = (f"both systems refuse the config: left {type(left).__name__}: {left}; "
+               f"right {type(right).__name__}: {right}")
+    empty = Series.of([])
+    return LockstepResult(workload=workload, left=names[0], right=names[1], steps=0,
+                          divergences=(), error=None, error_detail=None,
+                          seconds=time.monotonic() - started, left_series=empty,
+                          right_series=empty, refused=refusal)
 
 
 def _stall_report(stalls: list[Stalled | None], systems: list[System]) -> StallReport:

@@ -91,6 +91,7 @@ def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
         "error_detail": r.error_detail,
         "stalled": outcome.stalled,
         "stall": stall_json(r),
+        "refused": r.refused,
         "known": None if waiver is None else {"id": waiver.id, "level": waiver.level,
                                               "reason": waiver.reason},
         "divergences": [d.to_json() for d in r.divergences],

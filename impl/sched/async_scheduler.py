@@ -51,7 +51,15 @@ class AsyncScheduler(Scheduler):
     def _update_request_with_output(self, request: Request,
                                     new_token_ids: list[int]) -> tuple[list[int], bool]:
         status_before = request.status
+        num_sampled = len(new_token_ids)
         new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
+        if self.behaviour.cache_verified_blocks_on_output:
+            # 0.33: every sampled token resolves a placeholder, kept or trimmed by a stop; the
+            # blocks are cached by `_cache_verified_blocks`, after the stop's trim.
+            if request.num_output_placeholders > 0:
+                request.num_output_placeholders -= num_sampled
+                assert request.num_output_placeholders >= 0
+            return new_token_ids, stopped
         request.num_output_placeholders -= len(new_token_ids)
         assert request.num_output_placeholders >= 0
         if status_before == RequestStatus.RUNNING:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
+from impl.core.specs import KVCacheConfig, MambaSpec
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
@@ -26,6 +29,8 @@ class SchedulerConfig:
     # Publish prefix-cache events (stored / removed / cleared) for KV-aware routers; off by
     # default as upstream's KVEventsConfig.
     enable_kv_cache_events: bool = False
+    # Which upstream release's behaviour to reproduce where releases differ (`impl.behaviour`).
+    behaviour: Behaviour = DEFAULT_BEHAVIOUR
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
@@ -46,3 +51,21 @@ class SchedulerConfig:
     @property
     def effective_hash_block_size(self) -> int:
         return self.block_size if self.hash_block_size is None else self.hash_block_size
+
+
+def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
+    """The twin's scheduler does not implement mamba's 'align' cache mode (states cached only
+    at block-aligned chunk ends, which needs chunking to follow the blocks). From 0.33 upstream
+    refuses mamba prefix caching in any other mode, so under that behaviour the twin refuses
+    the same configs, rather than cache in a way the release no longer does."""
+    for index, group in enumerate(kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        if not isinstance(spec, MambaSpec):
+            continue
+        where = f"kv_cache_groups[{index}].mamba_cache_mode"
+        if spec.mamba_cache_mode == "align":
+            raise ValueError(f"{where}: 'align' is not implemented by the twin's scheduler")
+        if config.enable_prefix_caching and config.behaviour.mamba_prefix_caching_requires_align:
+            raise ValueError(f"{where}: vLLM {config.behaviour.release} caches mamba prefixes "
+                             "only in 'align' mode, which the twin does not implement; "
+                             "disable prefix caching")

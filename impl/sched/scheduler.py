@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from impl.core.specs import KVCacheConfig
-from impl.sched.config import SchedulerConfig
+from impl.sched.config import SchedulerConfig, check_mamba_caching
 from impl.sched.output import (
     PLACEHOLDER_DRAFT,
     CachedRequestData,
@@ -40,6 +40,8 @@ class Scheduler(SchedulerUpdates):
         self.policy = scheduler_config.policy
         self.none_hash = none_hash
         self.log_stats = log_stats
+        self.behaviour = scheduler_config.behaviour
+        check_mamba_caching(scheduler_config, kv_cache_config)
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config, scheduler_config.max_model_len,
             hash_block_size=scheduler_config.effective_hash_block_size,
@@ -90,7 +92,8 @@ class Scheduler(SchedulerUpdates):
         cannot hold a chunk, the policy's victim is preempted and the allocation retried; a
         victim scheduled earlier in this step gives its tokens back, and a victim before the
         loop's position moves the position back with it. Preempting the request itself ends
-        the phase."""
+        the phase (0.32; from 0.33 a priority request that preempts itself is skipped and the
+        more important ones after it still get their chunks)."""
         kv = self.kv_cache_manager
         threshold = self._prefill_threshold()
         running = self.running
@@ -116,9 +119,13 @@ class Scheduler(SchedulerUpdates):
                 self._preempt_request(victim)
                 plan.preempted.append(victim)
                 if victim is request:
-                    return
+                    break
                 blocks = kv.allocate_slots(request, num_new,
                                            num_lookahead_tokens=self.num_lookahead_tokens)
+            if blocks is None:  # the request preempted itself
+                if self.policy == "priority" and self.behaviour.priority_self_preemption_continues:
+                    continue  # it left `running`: `index` already points at the next one
+                return
             plan.scheduled_running.append(request)
             plan.schedule(request, num_new, blocks)
             index += 1
@@ -294,3 +301,4 @@ class Scheduler(SchedulerUpdates):
                 len(request.all_token_ids) + request.num_output_placeholders)
         self.prev_step_scheduled_req_ids = set(output.num_scheduled_tokens)
         self.finished_req_ids = set()
+

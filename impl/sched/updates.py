@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from impl.behaviour import Behaviour
 from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
@@ -33,6 +34,8 @@ class SchedulerUpdates:
     kv_cache_manager: KVCacheManager
     max_model_len: int
     max_num_running_reqs: int
+    num_spec_tokens: int
+    behaviour: Behaviour
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -68,7 +71,12 @@ class SchedulerUpdates:
             if not generated:
                 continue  # a partial prefill chunk samples nothing
             status_before = request.status
+            had_placeholders = request.num_output_placeholders > 0
             new_token_ids, stopped = self._update_request_with_output(request, generated)
+            if (self.behaviour.cache_verified_blocks_on_output
+                    and status_before == RequestStatus.RUNNING):
+                self._cache_verified_blocks(request, len(generated) - len(new_token_ids),
+                                            had_placeholders)
             if not stopped:
                 outputs.append(EngineCoreOutput(req_id, new_token_ids))
                 continue
@@ -84,6 +92,17 @@ class SchedulerUpdates:
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
         return outputs
+
+    def _cache_verified_blocks(self, request: Request, num_trimmed: int,
+                               had_placeholders: bool) -> None:
+        """0.33: a request whose step verified drafts (or ran ahead under async scheduling)
+        caches the blocks its now-known tokens filled as soon as the output is applied, not at
+        its next allocation. Computed tokens count every sampled token but the last, so tokens
+        a stop trimmed are taken back first; tokens of a step still in flight are not known."""
+        request.num_computed_tokens -= num_trimmed
+        if had_placeholders or self.num_spec_tokens:
+            self.kv_cache_manager.cache_blocks(
+                request, request.num_computed_tokens - request.num_inflight_tokens)
 
     def _update_request_with_output(self, request: Request,
                                     new_token_ids: list[int]) -> tuple[list[int], bool]:

@@ -1,0 +1,43 @@
+"""A config both systems refuse when built is agreement (a release that rejects a config is
+behaviour the twin reproduces, e.g. mamba prefix caching without 'align' from vLLM 0.33); one
+side refusing alone is an error naming that side. No vLLM needed: the twin refuses under its
+0.33 behaviour, and a fake stands in for the other side."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from conformance.sched.conform import judge
+from conformance.sched.impl_system import ImplSystem
+from conformance.sched.lockstep import run_lockstep
+from conformance.sched.system import System
+from workloads.model import EngineConfig, KVCacheGroup, RequestSpec, Workload
+
+MAMBA = EngineConfig(block_size=16, num_blocks=33, max_num_seqs=4, max_num_batched_tokens=64,
+                     max_model_len=128,
+                     kv_cache_groups=(KVCacheGroup(), KVCacheGroup(type="mamba")))
+WORKLOAD = Workload("mamba-cached", "prefix caching with a mamba group", MAMBA,
+                    (RequestSpec("A", 0, tuple(range(100, 140)), 4),))
+
+
+def refuse(config: EngineConfig) -> System:
+    raise AssertionError("Mamba prefix caching requires mamba_cache_mode='align'")
+
+
+def test_both_refusing_the_config_is_agreement() -> None:
+    result = run_lockstep(WORKLOAD, partial(ImplSystem, release="0.33.0"), refuse)
+    assert result.error is None and result.steps == 0 and result.level_reached == "exact"
+    assert result.refused == (
+        "both systems refuse the config: left ValueError: kv_cache_groups[1].mamba_cache_mode: "
+        "vLLM 0.33.0 caches mamba prefixes only in 'align' mode, which the twin does not "
+        "implement; disable prefix caching; right AssertionError: Mamba prefix caching requires "
+        "mamba_cache_mode='align'")
+    assert judge(result, "exact", ())[0] == "passed"
+
+
+def test_one_side_refusing_is_an_error_naming_it() -> None:
+    result = run_lockstep(WORKLOAD, ImplSystem, refuse)  # the twin follows 0.32: it builds
+    assert result.refused is None and result.level_reached is None
+    assert result.error is not None
+    assert result.error.startswith("right system right raised AssertionError at step 0: Mamba")
+    assert judge(result, "exact", ())[0] == "error"

@@ -1,0 +1,70 @@
+"""`Behaviour`: what differs between the vLLM releases the twin follows, one switch each.
+
+The twin is one code base that reproduces more than one upstream release. Where releases
+disagree, the code asks a named field of `Behaviour` instead of comparing version strings, so
+every difference is listed here once, with what it changes and where it was observed, and a
+release is a preset of these fields (`behaviour_for`). A harness comparing the twin with a
+release builds the twin with that release's preset (`vtwin conform --system impl --against
+vllm==0.33.0` does it for you).
+
+Each switch was found by differential probing (a workload where the two releases diverge) and
+has a workload that fails when the switch is wrong; the field docs name it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    release: str
+    """The upstream release whose behaviour this preset reproduces ("0.32.0", "0.33.0")."""
+
+    cache_verified_blocks_on_output: bool
+    """0.33: when a speculative-decoding request's output is applied (sync or async), the
+    blocks its verified tokens filled are cached right away, up to its computed tokens minus
+    those of steps still in flight; a stop that trims sampled tokens also takes them back from
+    the computed count first. 0.32 caches only at the next `allocate_slots` (sync) or up to
+    computed minus output placeholders (async). Seen on `spec-decode`: a full block is stored
+    one step earlier."""
+
+    priority_self_preemption_continues: bool
+    """0.33: under the priority policy, a running request that has to preempt itself (it is
+    the least important) no longer ends the running phase: the more important requests after
+    it are still scheduled. 0.32 stops at it."""
+
+    mamba_prefix_caching_requires_align: bool
+    """0.33: prefix caching with a mamba group is refused unless the group's
+    `mamba_cache_mode` is 'align' (which the twin does not implement: it refuses the config
+    as upstream does). 0.32 caches mamba states at every block boundary. Seen on
+    `hybrid-mamba`: 0.33 raises when the scheduler is built."""
+
+    @property
+    def switches(self) -> dict[str, bool]:
+        """Every switch by name (for reports and `vtwin --version`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "release"}
+
+
+BEHAVIOUR_0_32 = Behaviour(
+    release="0.32.0",
+    cache_verified_blocks_on_output=False,
+    priority_self_preemption_continues=False,
+    mamba_prefix_caching_requires_align=False,
+)
+BEHAVIOUR_0_33 = Behaviour(
+    release="0.33.0",
+    cache_verified_blocks_on_output=True,
+    priority_self_preemption_continues=True,
+    mamba_prefix_caching_requires_align=True,
+)
+DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
+FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")
+
+
+def behaviour_for(release: str) -> Behaviour:
+    """The preset of a followed release; ValueError naming the followed ones otherwise."""
+    for preset in (BEHAVIOUR_0_32, BEHAVIOUR_0_33):
+        if preset.release == release:
+            return preset
+    raise ValueError(f"the twin follows vLLM {', '.join(FOLLOWED_RELEASES)}, not {release!r}")

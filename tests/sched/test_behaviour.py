@@ -1,0 +1,125 @@
+"""The release switches (`impl.behaviour`): each difference between vLLM 0.32.0 and 0.33.0, with
+the exact state each release leaves behind. The differential suite proves the same against both
+releases; these pin it without an oracle."""
+
+from __future__ import annotations
+
+import pytest
+
+from impl.behaviour import (
+    BEHAVIOUR_0_32,
+    BEHAVIOUR_0_33,
+    FOLLOWED_RELEASES,
+    Behaviour,
+    behaviour_for,
+)
+from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+from impl.sched.config import SchedulerConfig
+from impl.sched.output import DraftTokenIds, ModelRunnerOutput
+from impl.sched.scheduler import Scheduler
+from tests.sched.helpers import NONE_HASH, make_request, make_scheduler, scheduled, step
+
+RELEASES = [BEHAVIOUR_0_32, BEHAVIOUR_0_33]
+
+
+def num_cached_blocks(scheduler: Scheduler, request_id: str) -> int:
+    manager = scheduler.kv_cache_manager.coordinator.managers[0]
+    return manager.num_cached_block.get(request_id, 0)
+
+
+def verify(scheduler: Scheduler, sampled: list[int]) -> None:
+    """One step that verifies the drafts proposed for "a" and samples `sampled`."""
+    out = scheduler.schedule()
+    scheduler.update_from_output(out, ModelRunnerOutput(["a"], {"a": 0}, [sampled]))
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_blocks_filled_by_verified_drafts_are_cached_when_the_output_is_applied(
+        behaviour: Behaviour) -> None:
+    """a: 13 prompt tokens, 1 sampled; the next step verifies 3 drafts, all accepted, plus a
+    bonus token: 18 tokens, 17 computed, so block 0 (tokens 0-15) is full. 0.33 caches it as
+    the output is applied; 0.32 only at a's next allocation."""
+    scheduler = make_scheduler(num_spec_tokens=3, enable_kv_cache_events=True,
+                               behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 113)))
+    step(scheduler)
+    scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51, 52]]))
+    verify(scheduler, [50, 51, 52, 9])
+    assert scheduler.requests["a"].num_computed_tokens == 17
+    assert num_cached_blocks(scheduler, "a") == (1 if behaviour.release == "0.33.0" else 0)
+    events = scheduler.kv_cache_manager.take_events()
+    assert [type(e).__name__ for e in events] == (
+        ["BlockStored"] if behaviour.release == "0.33.0" else [])
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_tokens_a_stop_trims_are_not_cached(behaviour: Behaviour) -> None:
+    """Same step, but a stops at max_tokens=3 after 2 of the 4 verified tokens: 16 tokens. The
+    trimmed tokens leave the computed count (17 -> 15) before caching, so block 0 is not cached
+    by either release and a finishes holding no cached block."""
+    scheduler = make_scheduler(num_spec_tokens=3, enable_kv_cache_events=True,
+                               behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 113), max_tokens=3))
+    step(scheduler)
+    scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51, 52]]))
+    verify(scheduler, [50, 51, 52, 9])
+    assert "a" not in scheduler.requests
+    assert scheduler.kv_cache_manager.take_events() == []
+    assert scheduler.kv_cache_manager.block_pool.get_num_cached_blocks() == 0
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_a_priority_request_that_preempts_itself(behaviour: Behaviour) -> None:
+    """3 usable blocks. a (priority 5, 15 tokens) runs first; b (priority 0, 31 tokens) joins
+    and fills the pool. a's next token needs a 4th block and a is the least important, so it
+    preempts itself. 0.32 ends the running phase there (nothing scheduled); 0.33 goes on to
+    b, whose next token fits its own last block."""
+    scheduler = make_scheduler(num_blocks=4, policy="priority", behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 115), priority=5, arrival_time=0.0))
+    step(scheduler)
+    scheduler.add_request(make_request("b", range(200, 231), priority=0, arrival_time=1.0))
+    out, _ = step(scheduler)
+    assert scheduled(out) == {"a": 1, "b": 31}
+    out, _ = step(scheduler)
+    assert out.preempted_req_ids == {"a"}
+    assert scheduled(out) == ({"b": 1} if behaviour.release == "0.33.0" else {})
+    assert [r.request_id for r in scheduler.running] == ["b"]
+
+
+def mamba_config(mode: str) -> KVCacheConfig:
+    return KVCacheConfig(16, (
+        KVCacheGroupSpec(("attn",), FullAttentionSpec(block_size=16)),
+        KVCacheGroupSpec(("ssm",), MambaSpec(block_size=16, mamba_cache_mode=mode))))
+
+
+def build(behaviour: Behaviour, kv_config: KVCacheConfig, caching: bool = True) -> Scheduler:
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
+                             enable_prefix_caching=caching, behaviour=behaviour)
+    return Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
+
+
+def test_mamba_prefix_caching_is_refused_from_0_33_as_upstream_does() -> None:
+    build(BEHAVIOUR_0_32, mamba_config("none"))
+    build(BEHAVIOUR_0_33, mamba_config("none"), caching=False)
+    with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: vLLM "
+                                         r"0\.33\.0 caches mamba prefixes only in 'align'"):
+        build(BEHAVIOUR_0_33, mamba_config("none"))
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_mamba_align_mode_is_refused_as_not_implemented(behaviour: Behaviour) -> None:
+    with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
+                                         "is not implemented"):
+        build(behaviour, mamba_config("align"))
+
+
+def test_presets_by_release() -> None:
+    assert FOLLOWED_RELEASES == ("0.32.0", "0.33.0")
+    assert [behaviour_for(r) for r in FOLLOWED_RELEASES] == RELEASES
+    assert SchedulerConfig(1, 1, 1).behaviour is BEHAVIOUR_0_32
+    assert BEHAVIOUR_0_33.switches == {"cache_verified_blocks_on_output": True,
+                                       "priority_self_preemption_continues": True,
+                                       "mamba_prefix_caching_requires_align": True}
+    assert not any(BEHAVIOUR_0_32.switches.values())
+    with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
+        behaviour_for("0.19.1")
