@@ -9,16 +9,20 @@ torchvision/torchaudio/torchcodec it pulls in (torchvision breaks `import vllm` 
 
 from __future__ import annotations
 
+import argparse
 import os
 from datetime import UTC, datetime
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "lint"]
 
 PYTHON = "3.11"
+KV_SHARE = 0.2
+"""The nightly budget's share for the KV-cache Hypothesis rounds (the campaign gets the rest)."""
 ORACLE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -29,6 +33,13 @@ ORACLE_ENV = {
     # (conformance/tests/test_sched_none_hash.py covers that case explicitly).
     "PYTHONHASHSEED": "0",
 }
+
+
+# The release CI compares the twin with besides the installed oracle (0.32.0), and the tests
+# that run against it: the default suite, the regressions and the generated workloads.
+SECOND_RELEASE = "vllm==0.33.0"
+SCHEDULER_DIFFERENTIAL = ("conformance/tests/test_sched_suite.py",
+                          "conformance/tests/test_sched_hypothesis.py")
 
 
 def install_oracle(session: nox.Session) -> None:
@@ -54,24 +65,54 @@ def tests(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """Everything the PR gate runs: unit tests and differential tests against upstream."""
     install_oracle(session)
-    session.install("-e", ".[test,runner]")
+    session.install("-e", ".[test,runner,campaign]")  # campaign: Ray, for test_campaign_ray
     # Two workers (the machine's two cores); Hypothesis examples are random per run, with the
     # run seed in the header and failures replayed first from .hypothesis/examples.
     session.run("pytest", "-n", "2", "tests", "conformance/tests", *session.posargs,
+                env=ORACLE_ENV)
+    if session.posargs:
+        return  # a targeted run (`nox -s ci -- -k NAME`) skips the second release
+    # The scheduler-level differential tests again, against vLLM 0.33.0: a worker process in the
+    # release's managed environment (built once, ~2 min, cached under ~/.cache/vtwin); the twin
+    # follows the release it is compared against (impl/behaviour.py).
+    session.run("vtwin", "env", "create", SECOND_RELEASE, env=ORACLE_ENV)
+    session.run("pytest", "-n", "2", *SCHEDULER_DIFFERENTIAL, "--against", SECOND_RELEASE,
                 env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)
 def nightly(session: nox.Session) -> None:
-    """Differential Hypothesis tests for a time budget (`nox -s nightly -- --minutes 60`).
+    """A night of checking for a time budget (`nox -s nightly -- --minutes 60`).
 
-    Rounds under the nightly profile, a fresh seed each (printed), until the budget is used;
-    examples per family and every failure go to reports/nightly/ (nightly.json, index.html).
-    Failures go to .hypothesis/examples, as in `ci`, and are replayed first by the next run.
-    Fails if any test failed (`python -m conformance.nightly --help`)."""
+    Most of the budget goes to a generated-workload campaign on a local Ray, one worker per
+    core (`vtwin campaign`, default `--systems impl,vllm==0.32.0`, every family): its store
+    is reports/campaign/campaign.sqlite, so each night resumes where the last one stopped and
+    checks new seeds; the report is reports/campaign/RUN_ID/report.html (`latest`, and
+    index.html over every night), new failures are shrunk into reports/campaign/regressions/.
+    The rest (`KV_SHARE`) runs the KV-cache differential Hypothesis tests in seeded rounds
+    under the nightly profile (reports/nightly/; the campaign covers the scheduler's generated
+    space as its `hypothesis` family). Fails if either found a failure."""
+    parser = argparse.ArgumentParser(prog="nox -s nightly --")
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--systems", default="impl,vllm==0.32.0")
+    options = parser.parse_args(session.posargs)
     install_oracle(session)
-    session.install("-e", ".[test,runner]")
-    session.run("python", "-m", "conformance.nightly", *session.posargs, env=ORACLE_ENV)
+    session.install("-e", ".[test,runner,campaign]")
+    kv_minutes = round(options.minutes * KV_SHARE, 2)
+    failed: list[str] = []
+    try:
+        session.run("vtwin", "campaign", "--systems", options.systems, "--families", "all",
+                    "--minutes", str(options.minutes - kv_minutes),
+                    "--out", os.path.join("reports", "campaign"), env=ORACLE_ENV)
+    except CommandFailed:
+        failed.append("campaign (reports/campaign/latest/report.html)")
+    try:
+        session.run("python", "-m", "conformance.nightly", "--minutes", str(kv_minutes),
+                    "conformance/tests/test_kv_differential.py", env=ORACLE_ENV)
+    except CommandFailed:
+        failed.append("KV-cache rounds (reports/nightly/index.html)")
+    if failed:
+        session.error(f"nightly found failures: {'; '.join(failed)}")
 
 
 @nox.session(python=PYTHON)
@@ -150,7 +191,7 @@ def asv(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy (strict) on impl/ and conformance/."""
     session.install("torch==2.13.0")  # typed: the runner's tensors are checked against it
-    session.install("-e", ".[test,lint,runner]")
+    session.install("-e", ".[test,lint,runner,campaign]")  # Ray is typed: check against it
     session.run("ruff", "check", ".")
     session.run("mypy", "vtwin", "impl", "conformance", "workloads")
 

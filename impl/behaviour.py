@@ -40,6 +40,11 @@ class Behaviour:
     as upstream does). 0.32 caches mamba states at every block boundary. Seen on
     `hybrid-mamba`: 0.33 raises when the scheduler is built."""
 
+    local_prefill_interval: bool
+    """0.33: `prefill_schedule_interval` > 1 holds prefill back in a single engine
+    (`impl.sched.prefill_cadence`); 0.32 applies it only across data-parallel ranks, so a
+    single engine ignores it."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -51,12 +56,14 @@ BEHAVIOUR_0_32 = Behaviour(
     cache_verified_blocks_on_output=False,
     priority_self_preemption_continues=False,
     mamba_prefix_caching_requires_align=False,
+    local_prefill_interval=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
     cache_verified_blocks_on_output=True,
     priority_self_preemption_continues=True,
     mamba_prefix_caching_requires_align=True,
+    local_prefill_interval=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

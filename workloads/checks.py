@@ -92,6 +92,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         async_scheduling=model.async_scheduling,
         hash_block_size=model.hash_block_size,
         num_lookahead_tokens=model.num_lookahead_tokens,
+        prefill_schedule_interval=model.prefill_schedule_interval,
     )
 
 

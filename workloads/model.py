@@ -47,6 +47,8 @@ class EngineConfig:
     vLLM's block pool. `long_prefill_token_threshold == 0` and `num_spec_tokens == 0` mean off.
     `hash_block_size` of None means "same as block_size". `num_lookahead_tokens` are KV slots
     reserved past the scheduled tokens for a drafter that writes ahead (EAGLE-style; 0: none).
+    `prefill_schedule_interval` N > 1 lets prefill into a step only every N executed steps while
+    requests decode (vLLM 0.33 applies it in one engine; 0.32 only across data-parallel ranks).
     """
 
     block_size: int = 16
@@ -64,6 +66,7 @@ class EngineConfig:
     async_scheduling: bool = False
     hash_block_size: int | None = None
     num_lookahead_tokens: int = 0
+    prefill_schedule_interval: int = 1
 
     @property
     def usable_blocks(self) -> int:
@@ -90,6 +93,7 @@ class EngineConfig:
             "async_scheduling": self.async_scheduling,
             "hash_block_size": self.hash_block_size,
             "num_lookahead_tokens": self.num_lookahead_tokens,
+            "prefill_schedule_interval": self.prefill_schedule_interval,
         }
 
 

@@ -69,6 +69,7 @@ class EngineConfigModel(_Strict):
     async_scheduling: bool = False
     hash_block_size: PosInt | None = None
     num_lookahead_tokens: NonNegInt = 0
+    prefill_schedule_interval: PosInt = 1
 
 
 class HeaderModel(_Strict):

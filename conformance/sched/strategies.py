@@ -112,6 +112,8 @@ def engine_configs(draw: Any) -> EngineConfig:
         async_scheduling=draw(st.booleans(), label="async"),
         hash_block_size=hash_block,
         num_lookahead_tokens=draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0,
+        prefill_schedule_interval=draw(st.sampled_from((1, 1, 1, 2, 3)),
+                                       label="prefill_schedule_interval"),
     )
 
 

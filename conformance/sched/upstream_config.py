@@ -60,6 +60,7 @@ def build_vllm_config(config: EngineConfig) -> Any:
         enable_chunked_prefill=config.enable_chunked_prefill,
         policy=config.policy,
         async_scheduling=config.async_scheduling,
+        prefill_schedule_interval=config.prefill_schedule_interval,
     )
     cache_config = CacheConfig(
         block_size=config.block_size,

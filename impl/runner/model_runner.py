@@ -28,15 +28,12 @@ from impl.sched.output import DraftTokenIds, ModelRunnerOutput, NewRequestData, 
 _GREEDY = SamplingParams()
 
 
-def sliding_windows(config: KVCacheConfig) -> list[int]:
-    """Per group: 0 for full attention, the window for sliding-window groups."""
-    windows = []
-    for index, spec in enumerate(attention_specs(config)):
-        if isinstance(spec, ChunkedLocalAttentionSpec):
-            raise ValueError(f"kv_cache_groups[{index}]: chunked local attention is not "
-                             "supported by the model runner")
-        windows.append(spec.sliding_window if isinstance(spec, SlidingWindowSpec) else 0)
-    return windows
+def local_attention(config: KVCacheConfig) -> tuple[list[int], list[int]]:
+    """Per group: the sliding window (0: none) and the attention chunk (0: none)."""
+    specs = attention_specs(config)
+    return ([s.sliding_window if isinstance(s, SlidingWindowSpec) else 0 for s in specs],
+            [s.attention_chunk_size if isinstance(s, ChunkedLocalAttentionSpec) else 0
+             for s in specs])
 
 
 class ModelRunner:
@@ -48,7 +45,7 @@ class ModelRunner:
         self.model = model
         self.device = device
         self.num_spec_tokens = num_spec_tokens
-        self.windows = sliding_windows(kv_cache_config)
+        self.windows, self.chunks = local_attention(kv_cache_config)
         self.kv_caches = allocate_kv_caches(kv_cache_config, device)
         names = [config.layer_name(i) for i in range(config.num_hidden_layers)]
         self.layer_caches = [self.kv_caches.layers[name] for name in names]
@@ -89,7 +86,8 @@ class ModelRunner:
                 batch.write_drafts(row, drafts[req_id])
         inputs = build_step_inputs(
             batch, [output.num_scheduled_tokens[r] for r in batch.req_ids],
-            [len(drafts.get(r, ())) for r in batch.req_ids], self.windows, self.device)
+            [len(drafts.get(r, ())) for r in batch.req_ids], self.windows, self.device,
+            self.chunks)
         hidden = self.model(inputs.input_ids, inputs.positions, self.layer_caches,
                             [inputs.metadata[g] for g in self.layer_groups])
         logits = self.model.compute_logits(hidden[inputs.logits_indices])  # [num_logits, vocab]

@@ -31,8 +31,11 @@ class StepInputs:
 
 def build_step_inputs(batch: InputBatch, num_scheduled: Sequence[int],
                       num_drafts: Sequence[int], sliding_windows: Sequence[int],
-                      device: torch.device) -> StepInputs:
-    """`num_scheduled` / `num_drafts` are per batch row; the batch must be condensed."""
+                      device: torch.device, chunk_sizes: Sequence[int] | None = None,
+                      ) -> StepInputs:
+    """`num_scheduled` / `num_drafts` are per batch row; the batch must be condensed.
+    `sliding_windows` / `chunk_sizes` are per KV-cache group (0: none; chunks default to 0)."""
+    chunks = [0] * len(sliding_windows) if chunk_sizes is None else chunk_sizes
     num_reqs = batch.num_reqs
     counts = np.asarray(num_scheduled, dtype=np.int64)  # [num_reqs]
     rows = np.repeat(np.arange(num_reqs, dtype=np.int64), counts)  # [num_tokens]
@@ -62,9 +65,10 @@ def build_step_inputs(batch: InputBatch, num_scheduled: Sequence[int],
             block_table=table.device_table(num_reqs, device),
             slot_mapping=torch.from_numpy(table.slot_mapping(rows, positions)).to(device),
             query_lens_host=query_lens_host, seq_lens_host=seq_lens_host,
-            block_size=table.block_size, sliding_window=window,
+            block_size=table.block_size, sliding_window=window, attention_chunk_size=chunk,
         )
-        for table, window in zip(batch.block_table.tables, sliding_windows, strict=True)
+        for table, window, chunk in zip(batch.block_table.tables, sliding_windows, chunks,
+                                        strict=True)
     )
     return StepInputs(
         input_ids=torch.from_numpy(input_ids).to(device),

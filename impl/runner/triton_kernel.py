@@ -7,7 +7,9 @@ pay for the import. Triton is optional and untyped, hence the guarded importlib 
 One program handles one (request, KV head, tile of BLOCK_M query tokens): its rows are the tile's
 tokens times the query heads sharing that KV head (GQA), so each key tile is loaded once for the
 whole group. Keys are visited BLOCK_N at a time with an online softmax; every key's physical
-page is looked up in the block table, so BLOCK_N need not equal the cache block size.
+page is looked up in the block table, so BLOCK_N need not equal the cache block size. Local
+attention (a sliding window, or chunked local attention: keys of the query's own chunk) starts
+the key loop at the first key the tile's earliest query can see and masks the rest per row.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ except ImportError:
 def _paged_attention_kernel(  # type: ignore[no-untyped-def]
     q_ptr, o_ptr, k_ptr, v_ptr, block_table_ptr, query_start_loc_ptr, seq_lens_ptr, scale,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_kt, stride_kh, stride_bt,
-    SLIDING_WINDOW: tl.constexpr, PAGE_SIZE: tl.constexpr, QUERIES_PER_KV: tl.constexpr,
+    SLIDING_WINDOW: tl.constexpr, CHUNK_SIZE: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    QUERIES_PER_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
 ):
@@ -52,6 +55,9 @@ def _paged_attention_kernel(  # type: ignore[no-untyped-def]
         if SLIDING_WINDOW > 0:
             kv_begin = tl.maximum(context + tile * BLOCK_M - SLIDING_WINDOW + 1, 0)
             kv_begin = (kv_begin // BLOCK_N) * BLOCK_N
+        if CHUNK_SIZE > 0:  # the tile's first query's chunk: no later query sees further back
+            kv_begin = (context + tile * BLOCK_M) // CHUNK_SIZE * CHUNK_SIZE
+            kv_begin = (kv_begin // BLOCK_N) * BLOCK_N
         m_i = tl.full([BLOCK_M * BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M * BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_M * BLOCK_G, BLOCK_D], tl.float32)
@@ -72,6 +78,8 @@ def _paged_attention_kernel(  # type: ignore[no-untyped-def]
             visible = key_ok[None, :] & (keys[None, :] <= q_pos[:, None])
             if SLIDING_WINDOW > 0:
                 visible = visible & (q_pos[:, None] - keys[None, :] < SLIDING_WINDOW)
+            if CHUNK_SIZE > 0:
+                visible = visible & (keys[None, :] >= (q_pos // CHUNK_SIZE * CHUNK_SIZE)[:, None])
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible

@@ -29,11 +29,14 @@ class SchedulerConfig:
     # Publish prefix-cache events (stored / removed / cleared) for KV-aware routers; off by
     # default as upstream's KVEventsConfig.
     enable_kv_cache_events: bool = False
+    # Prefill only every N executed steps while requests decode (from 0.33; `prefill_cadence`).
+    prefill_schedule_interval: int = 1
     # Which upstream release's behaviour to reproduce where releases differ (`impl.behaviour`).
     behaviour: Behaviour = DEFAULT_BEHAVIOUR
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                     "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
         for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens"):

@@ -10,15 +10,15 @@ causes the preemption churn it would otherwise feed.
 
 from __future__ import annotations
 
-from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.config import SchedulerConfig, check_mamba_caching
+from impl.sched.make_output import make_output
 from impl.sched.output import (
     PLACEHOLDER_DRAFT,
-    CachedRequestData,
-    NewRequestData,
     SchedulerOutput,
 )
+from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.request import Request, RequestStatus
 from impl.sched.request_queue import (
     FCFSRequestQueue,
@@ -27,7 +27,6 @@ from impl.sched.request_queue import (
 )
 from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
-from vtwin.errors import IntegrityError
 
 
 class Scheduler(SchedulerUpdates):
@@ -58,6 +57,8 @@ class Scheduler(SchedulerUpdates):
         self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.num_spec_tokens = scheduler_config.num_spec_tokens
         self.num_preemptions = 0
+        self.cadence = PrefillCadence(scheduler_config.prefill_schedule_interval
+                                      if self.behaviour.local_prefill_interval else 1)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -65,10 +66,16 @@ class Scheduler(SchedulerUpdates):
         blocks preempts another), then, only in a step that preempted nothing, waiting ones."""
         self.kv_cache_manager.new_step_starts()
         plan = StepPlan(self.max_num_scheduled_tokens)
-        self._schedule_running(plan)
+        hold_prefill = self.cadence.holds_prefill(self.running)
+        self._schedule_running(plan, hold_prefill)
         if not plan.preempted:
-            self._admit_waiting(plan)
-        output = self._make_output(plan)
+            self._admit_waiting(plan, hold_prefill)
+            if not hold_prefill:
+                self.cadence.admission_done(len(self.waiting) + len(self.skipped_waiting))
+        output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
+                             self.prev_step_scheduled_req_ids)
+        self.cadence.step_done(output.total_num_scheduled_tokens,
+                               plan.prefill_scheduled or plan.prefill_admitted)
         self._update_after_schedule(output)
         return output
 
@@ -87,7 +94,7 @@ class Scheduler(SchedulerUpdates):
             num_new = threshold
         return min(num_new, token_budget, self.max_model_len - 1 - num_computed)
 
-    def _schedule_running(self, plan: StepPlan) -> None:
+    def _schedule_running(self, plan: StepPlan, hold_prefill: bool) -> None:
         """Each running request in order gets its chunk, while the budget lasts. When the pool
         cannot hold a chunk, the policy's victim is preempted and the allocation retried; a
         victim scheduled earlier in this step gives its tokens back, and a victim before the
@@ -102,6 +109,9 @@ class Scheduler(SchedulerUpdates):
             request = running[index]
             if request.num_output_placeholders and self._nothing_left_to_schedule(request):
                 index += 1
+                continue
+            if hold_prefill and request.is_prefill_chunk:
+                index += 1  # its next chunk waits for a step that carries prefill
                 continue
             num_new = self._running_chunk(request, threshold, plan.token_budget)
             if num_new <= 0:
@@ -127,6 +137,7 @@ class Scheduler(SchedulerUpdates):
                     continue  # it left `running`: `index` already points at the next one
                 return
             plan.scheduled_running.append(request)
+            plan.prefill_scheduled |= request.is_prefill_chunk
             plan.schedule(request, num_new, blocks)
             index += 1
             if request.spec_token_ids:
@@ -141,28 +152,6 @@ class Scheduler(SchedulerUpdates):
             plan.spec_tokens[request.request_id] = request.spec_token_ids[:num_spec]
         request.spec_token_ids = []
 
-    def _make_output(self, plan: StepPlan) -> SchedulerOutput:
-        total = sum(plan.num_scheduled.values())
-        if total > self.max_num_scheduled_tokens or plan.token_budget < 0:
-            raise IntegrityError(f"scheduler: {total} tokens scheduled, budget "
-                                 f"{self.max_num_scheduled_tokens} (left {plan.token_budget})")
-        return SchedulerOutput(
-            scheduled_new_reqs=[
-                NewRequestData(r.request_id, list(r.prompt_token_ids),
-                               plan.new_blocks_of[r.request_id].get_block_ids(),
-                               r.num_computed_tokens, r.lora_name)
-                for r in plan.scheduled_new
-            ],
-            scheduled_cached_reqs=self._make_cached_request_data(
-                plan.scheduled_running, plan.scheduled_resumed, plan.new_blocks_of),
-            num_scheduled_tokens=plan.num_scheduled,
-            total_num_scheduled_tokens=total,
-            scheduled_spec_decode_tokens=plan.spec_tokens,
-            finished_req_ids=self.finished_req_ids,
-            preempted_req_ids={r.request_id for r in plan.preempted},
-            num_common_prefix_blocks=[],  # cascade attention is gone upstream: always empty
-        )
-
     def _prefill_threshold(self) -> int:
         """The per-request chunk cap, which only matters when requests compete: a request alone
         in the scheduler may use the whole budget."""
@@ -176,7 +165,7 @@ class Scheduler(SchedulerUpdates):
                 and request.num_computed_tokens + 2 - request.num_output_placeholders
                 >= request.num_prompt_tokens + request.max_tokens)
 
-    def _admit_waiting(self, plan: StepPlan) -> None:
+    def _admit_waiting(self, plan: StepPlan, hold_prefill: bool) -> None:
         """Admit waiting (and preempted) requests while budget, seats and blocks last; stop at
         the first that does not fit (the queue order is the policy's promise)."""
         config = self.scheduler_config
@@ -196,6 +185,8 @@ class Scheduler(SchedulerUpdates):
                 num_computed = num_hit
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
+            if hold_prefill and num_computed < request.num_tokens - 1:
+                break  # prompt left to compute: wait for a step that carries prefill
             num_new = request.num_tokens - num_computed
             pad = 0
             if no_prefill_running and (plan.scheduled_running or num_computed > 0):
@@ -224,6 +215,7 @@ class Scheduler(SchedulerUpdates):
             plan.schedule(request, num_new, kv.get_blocks(request.request_id))
             if pad:
                 plan.spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
+            plan.prefill_admitted |= num_computed < request.num_tokens - 1
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
@@ -274,23 +266,6 @@ class Scheduler(SchedulerUpdates):
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.prepend_request(request)
-
-    def _make_cached_request_data(self, running: list[Request], resumed: list[Request],
-                                  new_blocks_of: dict[str, KVCacheBlocks]) -> CachedRequestData:
-        data = CachedRequestData()
-        num_running = len(running)
-        for position, request in enumerate(running + resumed):
-            req_id = request.request_id
-            data.req_ids.append(req_id)
-            if position >= num_running:
-                data.resumed_req_ids.add(req_id)
-            if req_id not in self.prev_step_scheduled_req_ids:
-                data.all_token_ids[req_id] = list(request.all_token_ids)
-            data.new_block_ids.append(new_blocks_of[req_id].get_block_ids_or_none())
-            data.num_computed_tokens.append(request.num_computed_tokens)
-            data.num_output_tokens.append(request.num_output_tokens
-                                          + request.num_output_placeholders)
-        return data
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
         requests = self.requests

@@ -23,6 +23,10 @@ class StepPlan:
     new_blocks_of: dict[str, KVCacheBlocks] = field(default_factory=dict)
     num_scheduled: dict[str, int] = field(default_factory=dict)
     spec_tokens: dict[str, list[int]] = field(default_factory=dict)
+    # Whether the step carries prefill: a running request continued its prompt (kept even if
+    # it is preempted later in the step), or an admitted one has more than its last token left.
+    prefill_scheduled: bool = False
+    prefill_admitted: bool = False
 
     def schedule(self, request: Request, num_new: int, blocks: KVCacheBlocks) -> None:
         """`request` computes `num_new` tokens this step, into `blocks` (the new ones)."""

@@ -119,7 +119,48 @@ def test_presets_by_release() -> None:
     assert SchedulerConfig(1, 1, 1).behaviour is BEHAVIOUR_0_32
     assert BEHAVIOUR_0_33.switches == {"cache_verified_blocks_on_output": True,
                                        "priority_self_preemption_continues": True,
-                                       "mamba_prefix_caching_requires_align": True}
+                                       "mamba_prefix_caching_requires_align": True,
+                                       "local_prefill_interval": True}
     assert not any(BEHAVIOUR_0_32.switches.values())
     with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
         behaviour_for("0.19.1")
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_prefill_schedule_interval_holds_prefill_between_prefill_steps(
+        behaviour: Behaviour) -> None:
+    """Interval 3, budget 32. a prefills at step 0 (executed step 1), then decodes. b (40
+    tokens) arrives at step 2: 0.33 holds it until executed step 4 (3 steps after a's prefill),
+    then holds its second chunk until executed step 7, decoding a alone in between; 0.32 never
+    holds in a single engine."""
+    scheduler = make_scheduler(max_num_batched_tokens=32, prefill_schedule_interval=3,
+                               behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 120), max_tokens=24, ignore_eos=True))
+    schedules = []
+    for index in range(8):
+        if index == 2:
+            scheduler.add_request(make_request("b", range(200, 240), max_tokens=8,
+                                               ignore_eos=True))
+        out, _ = step(scheduler)
+        schedules.append(scheduled(out))
+    if behaviour.release == "0.33.0":
+        assert schedules == [{"a": 20}, {"a": 1}, {"a": 1}, {"a": 1, "b": 31}, {"a": 1},
+                             {"a": 1}, {"a": 1, "b": 9}, {"a": 1, "b": 1}]
+    else:
+        assert schedules == [{"a": 20}, {"a": 1}, {"a": 1, "b": 31}, {"a": 1, "b": 9},
+                             {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1},
+                             {"a": 1, "b": 1}]
+
+
+def test_a_capacity_bound_engine_stops_holding_prefill() -> None:
+    """Two seats: c waits behind a and b in a step free to admit, so the engine is
+    capacity-bound and prefill is not held: c is admitted at step 2, the step after b finishes,
+    although only 2 executed steps have passed since the last prefill (interval 3)."""
+    scheduler = make_scheduler(max_num_seqs=2, max_num_batched_tokens=32,
+                               prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    scheduler.add_request(make_request("a", range(100, 120), max_tokens=8, ignore_eos=True))
+    scheduler.add_request(make_request("b", range(200, 210), max_tokens=2, ignore_eos=True))
+    scheduler.add_request(make_request("c", range(300, 310), max_tokens=2, ignore_eos=True))
+    schedules = [scheduled(step(scheduler)[0]) for _ in range(3)]
+    assert schedules == [{"a": 20, "b": 10}, {"a": 1, "b": 1}, {"a": 1, "c": 10}]
+    assert scheduler.cadence.capacity_bound is False  # the queue drained at c's admission
