@@ -36,10 +36,12 @@ ORACLE_ENV = {
 
 
 # The release CI compares the twin with besides the installed oracle (0.32.0), and the tests
-# that run against it: the default suite, the regressions and the generated workloads.
+# that run against it: the default suite, the regressions, the generated workloads, and drift
+# between the two releases (which skips in the first run, before the environment is built).
 SECOND_RELEASE = "vllm==0.33.0"
 SCHEDULER_DIFFERENTIAL = ("conformance/tests/test_sched_suite.py",
-                          "conformance/tests/test_sched_hypothesis.py")
+                          "conformance/tests/test_sched_hypothesis.py",
+                          "conformance/tests/test_drift_releases.py")
 
 
 def install_oracle(session: nox.Session) -> None:

@@ -38,8 +38,13 @@ blocks without a hash go): run by default after the suite."""
 
 
 def default_workloads() -> list[str]:
-    """The default suite, then every drift probe."""
-    return [*suite_names(), *(str(p) for p in sorted(PROBES_DIR.glob("*.jsonl")))]
+    """The default suite, every drift probe, then the regressions (among them the workloads
+    that pin each release switch of `impl.behaviour`, so drift between two releases names
+    those changes too)."""
+    from conformance.sched.suite import regression_files
+
+    return [*suite_names(), *(str(p) for p in sorted(PROBES_DIR.glob("*.jsonl"))),
+            *regression_files()]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drift.add_argument("--right", required=True, metavar="SPEC", help=specs)
     drift.add_argument("--workload", action="append", metavar="NAME|FILE", dest="workloads",
                        help="a suite entry, bundled workload or file (repeatable; default: "
-                            "the default suite and workloads/data/drift/)")
+                            "the default suite, workloads/data/drift/ and "
+                            "conformance/regressions/)")
     drift.add_argument("--ignore-field", action="append", default=[], metavar="FIELD",
                        dest="ignore", help="leave a record field out (repeatable): "
                                            f"{', '.join(FIELD_KINDS)}")
