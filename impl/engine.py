@@ -18,7 +18,7 @@ from impl.core.hashing import make_none_hash
 from impl.core.request_hasher import RequestBlockHasher
 from impl.core.specs import KVCacheConfig
 from impl.runner.attention_backend import default_device, resolve_backend_name
-from impl.runner.kv_cache import model_kv_cache_config
+from impl.runner.kv_cache import blocks_per_request, model_kv_cache_config
 from impl.runner.model import LlamaForCausalLM
 from impl.runner.model_runner import ModelRunner
 from impl.runner.sampling_params import SamplingParams
@@ -55,8 +55,8 @@ class RequestOutput:
 class LLMEngine:
     def __init__(self, model_dir: str | Path, args: EngineArgs | None = None, *,
                  kv_cache_config: KVCacheConfig | None = None) -> None:
-        """`kv_cache_config` replaces the default layout (one full-attention group holding
-        every layer, `num_blocks` blocks): e.g. to run the model over a hybrid layout."""
+        """`kv_cache_config` replaces the planned layout (the KV-cache planner's groups for the
+        model's layers, `num_blocks` blocks): e.g. to run a Llama over a hybrid layout."""
         args = args or EngineArgs()
         self.device = torch.device(args.device) if args.device else default_device()
         self.backend = resolve_backend_name(args.attention_backend, self.device)
@@ -66,7 +66,8 @@ class LLMEngine:
         if max_model_len > config.max_position_embeddings:
             raise ValueError(f"max_model_len {max_model_len} exceeds the model's "
                              f"max_position_embeddings {config.max_position_embeddings}")
-        num_blocks = args.num_blocks or args.max_num_seqs * -(-max_model_len // args.block_size)
+        num_blocks = args.num_blocks or args.max_num_seqs * blocks_per_request(
+            config, args.block_size, max_model_len, args.max_num_batched_tokens)
         kv_config = kv_cache_config or model_kv_cache_config(
             config, num_blocks + (args.num_blocks is None), args.block_size)
         if set(kv_config.block_sizes) != {args.block_size}:

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

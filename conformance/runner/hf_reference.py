@@ -15,7 +15,9 @@ from typing import Any
 class HFReference:
     def __init__(self, model_dir: str | Path) -> None:
         transformers: Any = importlib.import_module("transformers")  # optional and untyped
-        self.model: Any = transformers.LlamaForCausalLM.from_pretrained(str(model_dir)).eval()
+        # The checkpoint's own class (Llama, or Llama 4's text model with its chunked layers).
+        self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model_dir)).eval()
 
     def logits(self, token_ids: Sequence[int]) -> Any:
         """[len(token_ids), vocab_size] fp32: the logits after every position."""

@@ -81,6 +81,12 @@ def group_layers(specs: dict[str, LayerKV], options: PlanOptions) -> list[Planne
     return group_by_ratio(unify_page_sizes(specs))
 
 
+def plan_groups(model: ModelSpec, options: PlanOptions) -> tuple[PlannedGroup, ...]:
+    """Stages 1 and 2 only: the groups, for callers that size the pool themselves (the engine
+    twin takes a block count; a workload names its own)."""
+    return tuple(group_layers(dict(layer_specs(model, options)[1]), options))
+
+
 def plan_kv_cache(model: ModelSpec, memory: int,
                   options: PlanOptions | None = None) -> KVCachePlan:
     """Raises `PlanError` for a configuration upstream also refuses."""

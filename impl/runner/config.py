@@ -1,8 +1,11 @@
 """`ModelConfig`: the part of a Hugging Face `config.json` a Llama-family model needs.
 
 Parsed and validated once, so the model code can trust every field. Anything the model cannot
-honour (another architecture, an unknown RoPE scaling, a non-SiLU activation) is refused here
-with a one-line `ValueError` naming the field, instead of producing wrong tokens later.
+honour (another architecture, an unknown RoPE scaling, a non-SiLU activation, Llama 4's MoE
+layers) is refused here with a one-line `ValueError` naming the field, instead of producing
+wrong tokens later. Llama 4's text model (dense layers only) adds per-layer attention: chunked
+local attention with RoPE on most layers, full attention without RoPE on the others
+(`impl.runner.llama4_config`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+from impl.runner.llama4_config import llama4_fields
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Llama4ForCausalLM")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 _DTYPES = ("float32", "float16", "bfloat16")
 
@@ -44,6 +49,16 @@ class ModelConfig:
     mlp_bias: bool = False
     dtype: str = "float32"
     eos_token_id: int | None = None
+    architecture: str = "LlamaForCausalLM"
+    attention_chunk_size: int = 0  # tokens per chunk of the chunked local layers (0: none)
+    chunked_layers: tuple[bool, ...] = ()  # per layer: chunked local attention (empty: none)
+    rope_layers: tuple[bool, ...] = ()  # per layer: applies RoPE (empty: every layer does)
+    rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not the two halves
+    use_qk_norm: bool = False  # L2-normalise q and k after RoPE, on RoPE layers
+    attn_temperature_tuning: bool = False  # scale queries of no-RoPE layers up with position
+    floor_scale: int = 8192
+    attn_scale: float = 0.1
+    mlp_prefix: str = "mlp"  # the checkpoint's name for the MLP ("feed_forward" in Llama 4)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -66,6 +81,13 @@ class ModelConfig:
     def layer_name(self, index: int) -> str:
         """The KV-cache layer name of decoder layer `index` (the names a KVCacheConfig uses)."""
         return f"model.layers.{index}.self_attn.attn"
+
+    def uses_rope(self, index: int) -> bool:
+        return not self.rope_layers or self.rope_layers[index]
+
+    def is_chunked(self, index: int) -> bool:
+        """Layer `index` attends only within its chunk of `attention_chunk_size` tokens."""
+        return bool(self.chunked_layers) and self.chunked_layers[index]
 
 
 def _rope_from(raw: dict[str, Any]) -> RopeConfig:
@@ -106,7 +128,7 @@ def parse_model_config(raw: dict[str, Any]) -> ModelConfig:
         raise ValueError(f"config.json: missing field(s) {', '.join(missing)}")
     heads = int(raw["num_attention_heads"])
     hidden = int(raw["hidden_size"])
-    return ModelConfig(
+    fields: dict[str, Any] = dict(
         vocab_size=int(raw["vocab_size"]), hidden_size=hidden,
         intermediate_size=int(raw["intermediate_size"]),
         num_hidden_layers=int(raw["num_hidden_layers"]), num_attention_heads=heads,
@@ -120,6 +142,9 @@ def parse_model_config(raw: dict[str, Any]) -> ModelConfig:
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
         eos_token_id=_first_eos(raw.get("eos_token_id")),
     )
+    if "Llama4ForCausalLM" in architectures:
+        fields.update(llama4_fields(raw))
+    return ModelConfig(**fields)
 
 
 def load_model_config(model_dir: str | Path) -> ModelConfig:

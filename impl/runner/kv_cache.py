@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from impl.core.specs import (
-    AttentionSpec,
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
+from impl.core.specs import AttentionSpec, KVCacheConfig
+from impl.plan import LayerSpec, ModelSpec, PlanOptions
+from impl.plan.core_config import core_groups
+from impl.plan.planner import plan_groups
+from impl.plan.sizing import request_blocks
 from impl.runner.config import ModelConfig
 
 
@@ -66,12 +65,38 @@ def allocate_kv_caches(config: KVCacheConfig, device: torch.device) -> KVCaches:
     return KVCaches(buffers, layers, layer_group)
 
 
+def model_layers(model: ModelConfig) -> ModelSpec:
+    """The model as the KV-cache planner sees it: full attention everywhere for Llama; Llama 4
+    with chunked local layers between its full ones."""
+    def layer(index: int) -> LayerSpec:
+        chunked = model.is_chunked(index)
+        return LayerSpec(model.layer_name(index), "chunked_local" if chunked else "full",
+                         model.num_key_value_heads, model.head_dim, model.dtype,
+                         attention_chunk_size=model.attention_chunk_size if chunked else None)
+
+    return ModelSpec(model.architecture, tuple(layer(i) for i in range(model.num_hidden_layers)),
+                     model.dtype)
+
+
+def engine_plan_options(block_size: int, max_model_len: int = 2048,
+                        max_num_batched_tokens: int = 2048) -> PlanOptions:
+    """The torch and Triton kernels take any block size (kernel block 1)."""
+    return PlanOptions(block_size=block_size, kernel_block_size=1, max_model_len=max_model_len,
+                       max_num_batched_tokens=max_num_batched_tokens)
+
+
 def model_kv_cache_config(model: ModelConfig, num_blocks: int, block_size: int) -> KVCacheConfig:
-    """A Llama model has full attention everywhere: one group holding every layer."""
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=model.num_key_value_heads,
-                             head_size=model.head_dim, dtype=model.dtype)
-    names = tuple(model.layer_name(i) for i in range(model.num_hidden_layers))
-    return KVCacheConfig(num_blocks, (KVCacheGroupSpec(names, spec),))
+    """The planner's groups for the model's layers (one group for Llama) over `num_blocks`."""
+    groups = plan_groups(model_layers(model), engine_plan_options(block_size))
+    return KVCacheConfig(num_blocks, core_groups(groups))
+
+
+def blocks_per_request(model: ModelConfig, block_size: int, max_model_len: int,
+                       max_num_batched_tokens: int) -> int:
+    """Blocks one request of `max_model_len` holds at most, over all its groups."""
+    options = engine_plan_options(block_size, max_model_len, max_num_batched_tokens)
+    return sum(request_blocks(group, options)
+               for group in plan_groups(model_layers(model), options))
 
 
 def check_model_layers(config: KVCacheConfig, model: ModelConfig) -> None:

@@ -53,16 +53,20 @@ def _llama3_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE with a cos/sin table indexed by absolute position."""
+    """RoPE with a cos/sin table indexed by absolute position. Llama rotates the two halves of
+    a head against each other; Llama 4 (`interleaved`) rotates each adjacent pair (2i, 2i + 1)
+    as one complex number, in fp32."""
 
-    cos: torch.Tensor  # [max_positions, head_dim]
+    cos: torch.Tensor  # [max_positions, head_dim] (interleaved: [max_positions, head_dim // 2])
     sin: torch.Tensor
 
-    def __init__(self, head_dim: int, max_positions: int, rope: RopeConfig) -> None:
+    def __init__(self, head_dim: int, max_positions: int, rope: RopeConfig,
+                 interleaved: bool = False) -> None:
         super().__init__()
+        self.interleaved = interleaved
         inv_freq = rope_inv_freq(head_dim, rope)
         angles = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
-        table = torch.cat((angles, angles), dim=-1)  # [max_positions, head_dim]
+        table = angles if interleaved else torch.cat((angles, angles), dim=-1)
         self.register_buffer("cos", table.cos(), persistent=False)
         self.register_buffer("sin", table.sin(), persistent=False)
 
@@ -71,9 +75,26 @@ class RotaryEmbedding(nn.Module):
         # positions: [num_tokens]; q: [num_tokens, num_heads, head_dim]; k: [.., num_kv_heads, ..]
         # Positions stay below max_position_embeddings: the engine caps max_model_len there
         # (checking here would synchronise the device every layer).
+        if self.interleaved:
+            cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+            return _rotate_pairs(q, cos, sin), _rotate_pairs(k, cos, sin)
         cos = self.cos[positions].to(q.dtype)[:, None, :]  # [num_tokens, 1, head_dim]
         sin = self.sin[positions].to(q.dtype)[:, None, :]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [num_tokens, heads, head_dim]; cos, sin: [num_tokens, 1, head_dim // 2] (fp32)
+    x32 = x.float()
+    even, odd = x32[..., 0::2], x32[..., 1::2]
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
+def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Scale each head vector to unit root-mean-square (Llama 4's qk norm: no weight)."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """A Llama-family causal LM over a paged KV cache: embeddings, decoder layers (RMSNorm,
-grouped-query attention with RoPE, SwiGLU MLP), final norm and LM head.
+grouped-query attention with RoPE, SwiGLU MLP), final norm and LM head. Llama 4's dense text
+model is the same stack with per-layer attention options (see `Attention`).
 
 The batch is one flat list of tokens (no padding, no batch dimension): every layer sees
 [num_tokens, hidden] and each attention layer writes its keys and values to its own cache and
@@ -18,14 +19,21 @@ from torch import nn
 from impl.runner.attention_backend import AttentionFn, get_backend
 from impl.runner.attention_metadata import AttentionMetadata, write_to_paged_cache
 from impl.runner.config import ModelConfig, load_model_config
-from impl.runner.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from impl.runner.layers import RMSNorm, RotaryEmbedding, SwiGLU, l2_norm
 from impl.runner.weights import load_weights
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    """Grouped-query attention of decoder layer `index`. Llama 4 layers may skip RoPE (then
+    optionally scale queries up at long positions), or L2-normalise q and k after it."""
+
+    def __init__(self, config: ModelConfig, index: int) -> None:
         super().__init__()
         d, bias = config.head_dim, config.attention_bias
+        self.use_rope = config.uses_rope(index)
+        self.qk_norm_eps = config.rms_norm_eps if config.use_qk_norm and self.use_rope else 0.0
+        self.temperature = (config.floor_scale, config.attn_scale) if (
+            config.attn_temperature_tuning and not self.use_rope) else None
         self.num_heads, self.num_kv_heads, self.head_dim = (
             config.num_attention_heads, config.num_key_value_heads, d)
         self.scale = d ** -0.5
@@ -42,7 +50,14 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [n, heads, head_dim]
         k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [n, kv_heads, head_dim]
         v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        q, k = rotary(positions, q, k)
+        if self.use_rope:
+            q, k = rotary(positions, q, k)
+        if self.qk_norm_eps:
+            q, k = l2_norm(q, self.qk_norm_eps), l2_norm(k, self.qk_norm_eps)
+        if self.temperature is not None:
+            floor_scale, attn_scale = self.temperature
+            scales = torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale))
+            q = (q * (scales * attn_scale + 1.0)[:, None, None]).to(q.dtype)
         write_to_paged_cache(k, v, kv_cache, meta.slot_mapping)
         out = attention(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
         projected: torch.Tensor = self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
@@ -50,10 +65,10 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, index: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, index)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
 
@@ -71,10 +86,11 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i)
+                                    for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
-                                      config.rope)
+                                      config.rope, config.rope_interleaved)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -109,6 +125,8 @@ class LlamaForCausalLM(nn.Module):
         """Config and weights are checked before any module is built (one-line errors)."""
         config = load_model_config(model_dir)
         weights = load_weights(model_dir, config)
+        prefix = f".{config.mlp_prefix}."
+        weights = {name.replace(prefix, ".mlp."): w for name, w in weights.items()}
         if config.tie_word_embeddings:
             weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         model = cls(config, attention_backend).to(getattr(torch, config.dtype))

@@ -16,8 +16,10 @@ from impl.runner.config import ModelConfig
 
 
 def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Hugging Face Llama tensor names and shapes (Linear weights are [out, in])."""
+    """Hugging Face Llama (and Llama 4 text) tensor names and shapes (Linear weights are
+    [out, in])."""
     h, i, d = config.hidden_size, config.intermediate_size, config.head_dim
+    mlp = config.mlp_prefix
     q_out, kv_out = config.num_attention_heads * d, config.num_key_value_heads * d
     shapes: dict[str, tuple[int, ...]] = {
         "model.embed_tokens.weight": (config.vocab_size, h),
@@ -34,9 +36,9 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             p + "self_attn.k_proj.weight": (kv_out, h),
             p + "self_attn.v_proj.weight": (kv_out, h),
             p + "self_attn.o_proj.weight": (h, q_out),
-            p + "mlp.gate_proj.weight": (i, h),
-            p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
+            p + f"{mlp}.gate_proj.weight": (i, h),
+            p + f"{mlp}.up_proj.weight": (i, h),
+            p + f"{mlp}.down_proj.weight": (h, i),
         })
         if config.attention_bias:
             shapes.update({p + "self_attn.q_proj.bias": (q_out,),
@@ -44,8 +46,8 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                            p + "self_attn.v_proj.bias": (kv_out,),
                            p + "self_attn.o_proj.bias": (h,)})
         if config.mlp_bias:
-            shapes.update({p + "mlp.gate_proj.bias": (i,), p + "mlp.up_proj.bias": (i,),
-                           p + "mlp.down_proj.bias": (h,)})
+            shapes.update({p + f"{mlp}.gate_proj.bias": (i,), p + f"{mlp}.up_proj.bias": (i,),
+                           p + f"{mlp}.down_proj.bias": (h,)})
     return shapes
 
 

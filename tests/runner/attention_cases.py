@@ -1,9 +1,9 @@
 """Paged-attention test cases shared by the in-process tests and the Triton interpreter run.
 
-`python -m tests.runner.attention_cases [MODEL_DIR]` (with TRITON_INTERPRET=1) prints, as JSON,
-the max abs difference between the Triton kernel and the torch reference for every case (and,
-given a checkpoint, the engine's tokens on both backends): the interpreter has to be switched on
-before triton is first imported, so it runs in its own process.
+`python -m tests.runner.attention_cases [MODEL_DIR...]` (with TRITON_INTERPRET=1) prints, as
+JSON, the max abs difference between the Triton kernel and the torch reference for every case
+(and, given checkpoints, the engine's tokens on both backends for each): the interpreter has to
+be switched on before triton is first imported, so it runs in its own process.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Case:
     head_dim: int = 32
     block_size: int = 16
     window: int = 0
+    chunk: int = 0
 
     @property
     def scale(self) -> float:
@@ -46,6 +47,11 @@ CASES = {
     "gqa-3-odd-dims": Case(query_lens=(4, 1), seq_lens=(10, 7), queries_per_kv=3, head_dim=24,
                            block_size=6),
     "sliding-window": Case(query_lens=(20, 1), seq_lens=(40, 37), window=7),
+    # Chunks of 8 (off the 16-token block grid): a prefill crossing three chunk boundaries,
+    # a decode right after a boundary, a chunk continued mid-prefill; then chunks of a block.
+    "chunked-local": Case(query_lens=(20, 1, 5), seq_lens=(40, 33, 13), chunk=8),
+    "chunked-local-block": Case(query_lens=(1, 30), seq_lens=(47, 50), chunk=16,
+                                queries_per_kv=4, num_kv_heads=1),
 }
 
 
@@ -82,12 +88,12 @@ def setup(case: Case, device: str, seed: int = 0) -> Setup:
         seq_lens=torch.tensor(case.seq_lens, dtype=torch.int32, device=device),
         block_table=table.to(device), slot_mapping=torch.zeros(0, dtype=torch.long),
         query_lens_host=case.query_lens, seq_lens_host=case.seq_lens, block_size=bs,
-        sliding_window=case.window)
+        sliding_window=case.window, attention_chunk_size=case.chunk)
     return Setup(query.to(device), kv_cache.to(device), meta, dense)
 
 
 def dense_attention(s: Setup, case: Case) -> torch.Tensor:
-    """Plain causal (windowed) attention over each request's contiguous K/V."""
+    """Plain causal (windowed or chunked) attention over each request's contiguous K/V."""
     outputs, start = [], 0
     for (k, v), q_len, s_len in zip(s.dense, case.query_lens, case.seq_lens, strict=True):
         q = s.query[start:start + q_len].cpu().transpose(0, 1)  # [heads, q_len, d]
@@ -98,6 +104,8 @@ def dense_attention(s: Setup, case: Case) -> torch.Tensor:
         mask = k_pos <= q_pos
         if case.window:
             mask &= q_pos - k_pos < case.window
+        if case.chunk:
+            mask &= k_pos // case.chunk == q_pos // case.chunk
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                                scale=case.scale)
         outputs.append(out.transpose(0, 1))
@@ -133,7 +141,9 @@ def engine_tokens(model_dir: str, backend: str) -> list[list[int]]:
 if __name__ == "__main__":
     started = time.perf_counter()
     report: dict[str, object] = {"max_abs_diff": triton_vs_reference("cpu")}
-    if len(sys.argv) > 1:  # a checkpoint directory: compare the engine on both backends
+    if len(sys.argv) > 1:  # checkpoint directories: compare the engine on both backends
         report["engine"] = {b: engine_tokens(sys.argv[1], b) for b in ("torch", "triton")}
+        report["engines"] = {d: {b: engine_tokens(d, b) for b in ("torch", "triton")}
+                             for d in sys.argv[2:]}
     report["seconds"] = time.perf_counter() - started
     print(json.dumps(report))

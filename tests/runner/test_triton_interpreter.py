@@ -1,6 +1,7 @@
 """The Triton kernel against the torch reference under TRITON_INTERPRET=1 on CPU tensors:
 prefill, decode, mixed ragged batches, chunked prefill, MHA, GQA (2, 3, 4 queries per KV head),
-odd head and block sizes, a sliding window; every block table shuffled. Within 1e-5 (fp32).
+odd head and block sizes, a sliding window, chunked local attention; every block table
+shuffled. Within 1e-5 (fp32).
 
 The interpreter must be on before triton is first imported, so the cases run in a child process
 (`python -m tests.runner.attention_cases`), once for the module, which also runs a short
@@ -26,11 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def interpreter_run(tiny_model_dir: Path) -> dict[str, Any]:
+def interpreter_run(tiny_model_dir: Path, tiny_llama4_dir: Path) -> dict[str, Any]:
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-m", "tests.runner.attention_cases",
-                          str(tiny_model_dir)], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300, check=False)
+                          str(tiny_model_dir), str(tiny_llama4_dir)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     result: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
     return result
@@ -45,4 +46,10 @@ def test_triton_interpreter_matches_reference(name: str,
 def test_engine_on_the_triton_backend(interpreter_run: dict[str, Any]) -> None:
     """The whole runner with the kernel (interpreted) gives the reference backend's tokens."""
     engine = interpreter_run["engine"]
+    assert engine["triton"] == engine["torch"]
+
+
+def test_chunked_local_engine_on_the_triton_backend(interpreter_run: dict[str, Any]) -> None:
+    """Llama 4's chunked local layers through the kernel (interpreted): the reference's tokens."""
+    (engine,) = interpreter_run["engines"].values()
     assert engine["triton"] == engine["torch"]
