@@ -45,6 +45,11 @@ class Behaviour:
     (`impl.sched.prefill_cadence`); 0.32 applies it only across data-parallel ranks, so a
     single engine ignores it."""
 
+    lora_limit_counts_running: bool
+    """0.33: admission keeps the adapters of *every* running request within `max_loras`; 0.32
+    counts only the running requests scheduled in this step, so a running request left out of
+    the step (budget) frees its adapter's slot for a waiting one."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -57,6 +62,7 @@ BEHAVIOUR_0_32 = Behaviour(
     priority_self_preemption_continues=False,
     mamba_prefix_caching_requires_align=False,
     local_prefill_interval=False,
+    lora_limit_counts_running=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -64,6 +70,7 @@ BEHAVIOUR_0_33 = Behaviour(
     priority_self_preemption_continues=True,
     mamba_prefix_caching_requires_align=True,
     local_prefill_interval=True,
+    lora_limit_counts_running=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

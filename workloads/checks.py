@@ -24,6 +24,7 @@ from workloads.model import (
     Segment,
     Workload,
 )
+from workloads.models import plan_engine_groups
 from workloads.prompts import TokenSource
 from workloads.schema import (
     AbortModel,
@@ -49,6 +50,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
     def fail(field: str, problem: str) -> WorkloadError:
         return WorkloadError(source, line, f"config.{field}", problem)
 
+    if model.model is not None:  # groups and block size from the model's KV-cache plan
+        model = plan_engine_groups(model, source, line)
     if model.hash_block_size is not None and model.block_size % model.hash_block_size:
         raise fail("hash_block_size", f"must divide block_size {model.block_size}")
     if model.num_lookahead_tokens and not model.num_spec_tokens:
@@ -77,6 +80,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         for g in model.kv_cache_groups
     )
     return EngineConfig(
+        model=model.model,
         block_size=model.block_size,
         num_blocks=model.num_blocks,
         max_num_seqs=model.max_num_seqs,
@@ -93,6 +97,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         hash_block_size=model.hash_block_size,
         num_lookahead_tokens=model.num_lookahead_tokens,
         prefill_schedule_interval=model.prefill_schedule_interval,
+        max_loras=model.max_loras,
     )
 
 

@@ -49,8 +49,10 @@ class EngineConfig:
     reserved past the scheduled tokens for a drafter that writes ahead (EAGLE-style; 0: none).
     `prefill_schedule_interval` N > 1 lets prefill into a step only every N executed steps while
     requests decode (vLLM 0.33 applies it in one engine; 0.32 only across data-parallel ranks).
+    `max_loras` > 0 limits the LoRA adapters among running requests (0: no LoRA config, no limit).
     """
 
+    model: str | None = None  # a model description the groups were planned from
     block_size: int = 16
     num_blocks: int = 1025
     max_num_seqs: int = 16
@@ -67,6 +69,7 @@ class EngineConfig:
     hash_block_size: int | None = None
     num_lookahead_tokens: int = 0
     prefill_schedule_interval: int = 1
+    max_loras: int = 0
 
     @property
     def usable_blocks(self) -> int:
@@ -78,6 +81,7 @@ class EngineConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"model": self.model} if self.model is not None else {}),
             "block_size": self.block_size,
             "num_blocks": self.num_blocks,
             "max_num_seqs": self.max_num_seqs,
@@ -94,6 +98,7 @@ class EngineConfig:
             "hash_block_size": self.hash_block_size,
             "num_lookahead_tokens": self.num_lookahead_tokens,
             "prefill_schedule_interval": self.prefill_schedule_interval,
+            "max_loras": self.max_loras,
         }
 
 

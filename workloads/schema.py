@@ -52,6 +52,7 @@ def _one_full_group() -> list[KVCacheGroupModel]:
 
 
 class EngineConfigModel(_Strict):
+    model: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     block_size: PosInt = 16
     num_blocks: Annotated[int, Field(ge=2)] = 1025
     max_num_seqs: PosInt = 16
@@ -70,6 +71,7 @@ class EngineConfigModel(_Strict):
     hash_block_size: PosInt | None = None
     num_lookahead_tokens: NonNegInt = 0
     prefill_schedule_interval: PosInt = 1
+    max_loras: NonNegInt = 0
 
 
 class HeaderModel(_Strict):

@@ -41,8 +41,9 @@ from workloads.model import (
 
 EOS = 2
 STOP = 13
-LORAS = (None, None, None, "adapter-a", "adapter-b")
-"""LoRA adapters: their names key the block hashes and KV events (no adapter limit is set)."""
+LORAS = (None, None, None, "adapter-a", "adapter-b", "adapter-c")
+"""LoRA adapters: their names key the block hashes and KV events; `max_loras` (drawn per
+workload, 0 = no limit) makes admission skip a request whose adapter would exceed it."""
 LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
            "window-alone")
 """KV layouts by the groups they add to full attention ("full" twice: the common case);
@@ -114,6 +115,7 @@ def engine_configs(draw: Any) -> EngineConfig:
         num_lookahead_tokens=draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0,
         prefill_schedule_interval=draw(st.sampled_from((1, 1, 1, 2, 3)),
                                        label="prefill_schedule_interval"),
+        max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
     )
 
 

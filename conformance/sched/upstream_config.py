@@ -45,6 +45,7 @@ def build_vllm_config(config: EngineConfig) -> Any:
     the configs are built (they read config.json once); it is deleted on return."""
     from vllm.config import (
         CacheConfig,
+        LoRAConfig,
         ModelConfig,
         SchedulerConfig,
         SpeculativeConfig,
@@ -83,6 +84,8 @@ def build_vllm_config(config: EngineConfig) -> Any:
         vllm_config = VllmConfig(
             model_config=model_config, scheduler_config=scheduler_config,
             cache_config=cache_config, speculative_config=speculative_config,
+            lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
+                         if config.max_loras else None),
         )
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the

@@ -66,6 +66,7 @@ class UpstreamSystem:
         hash_fn = get_hash_fn_by_name(config.hash_algo)
         kv_cache_utils.init_none_hash(hash_fn)
         self._none_hash = kv_cache_utils.NONE_HASH
+        self._lora_ids: dict[str, int] = {}
         self.none_hash = bytes(self._none_hash).hex()
         self.scheduler: Any = self.scheduler_class(scheduler_cls)(
             vllm_config=vllm_config, structured_output_manager=StructuredOutputManager(vllm_config),
@@ -122,8 +123,12 @@ class UpstreamSystem:
         if request.eos_token_id is not None:
             # What the engine's input processor does with the model's EOS id.
             params.update_from_generation_config({}, request.eos_token_id)
-        lora = (LoRARequest(request.lora_name, 1, f"/loras/{request.lora_name}")
-                if request.lora_name else None)
+        lora = None
+        if request.lora_name:
+            # One int id per adapter name, as the engine's LoRA manager numbers them (the
+            # max_loras limit counts ids).
+            lora_id = self._lora_ids.setdefault(request.lora_name, len(self._lora_ids) + 1)
+            lora = LoRARequest(request.lora_name, lora_id, f"/loras/{request.lora_name}")
         self._pin_none_hash()
         self.scheduler.add_request(Request(
             request.request_id, list(request.prompt_token_ids), params, None,

@@ -29,6 +29,8 @@ class SchedulerConfig:
     # Publish prefix-cache events (stored / removed / cleared) for KV-aware routers; off by
     # default as upstream's KVEventsConfig.
     enable_kv_cache_events: bool = False
+    # At most this many LoRA adapters among the running requests (0: no limit, no LoRA config).
+    max_loras: int = 0
     # Prefill only every N executed steps while requests decode (from 0.33; `prefill_cadence`).
     prefill_schedule_interval: int = 1
     # Which upstream release's behaviour to reproduce where releases differ (`impl.behaviour`).
@@ -39,7 +41,8 @@ class SchedulerConfig:
                      "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
-        for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens"):
+        for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens",
+                     "max_loras"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0 (got {getattr(self, name)})")
         if self.policy not in ("fcfs", "priority"):

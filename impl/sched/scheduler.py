@@ -57,6 +57,9 @@ class Scheduler(SchedulerUpdates):
         self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.num_spec_tokens = scheduler_config.num_spec_tokens
         self.num_preemptions = 0
+        # Waiting requests skipped by admission (max_loras) and not admitted since: a queue
+        # holding only these is not a sign of saturation (`PrefillCadence`).
+        self.deferred_waiting: set[str] = set()
         self.cadence = PrefillCadence(scheduler_config.prefill_schedule_interval
                                       if self.behaviour.local_prefill_interval else 1)
 
@@ -71,7 +74,8 @@ class Scheduler(SchedulerUpdates):
         if not plan.preempted:
             self._admit_waiting(plan, hold_prefill)
             if not hold_prefill:
-                self.cadence.admission_done(len(self.waiting) + len(self.skipped_waiting))
+                self.cadence.admission_done(len(self.waiting) + len(self.skipped_waiting)
+                                            - len(self.deferred_waiting))
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
         self.cadence.step_done(output.total_num_scheduled_tokens,
@@ -175,11 +179,18 @@ class Scheduler(SchedulerUpdates):
         # of this step continues a prefill, and this is a decode (a running request scheduled
         # already, or computed tokens of its own: a bare 1-token prompt alone is a prefill).
         no_prefill_running = not plan.prefill_running
+        loras = self._loras_in_use(plan)
+        skipped: list[Request] = []
         while (self.waiting or self.skipped_waiting) and plan.token_budget > 0:
             if len(self.running) == self.max_num_running_reqs:
                 break
             queue = self._select_waiting_queue()
             request = queue.peek_request()
+            if (loras is not None and request.lora_name is not None
+                    and len(loras) == config.max_loras and request.lora_name not in loras):
+                skipped.append(queue.pop_request())  # its adapter would exceed max_loras
+                self.deferred_waiting.add(request.request_id)
+                continue
             if request.num_computed_tokens == 0:
                 hits, num_hit = kv.get_computed_blocks(request)
                 num_computed = num_hit
@@ -216,10 +227,25 @@ class Scheduler(SchedulerUpdates):
             if pad:
                 plan.spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
             plan.prefill_admitted |= num_computed < request.num_tokens - 1
+            if loras is not None and request.lora_name is not None:
+                loras.add(request.lora_name)
+            self.deferred_waiting.discard(request.request_id)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
+        for request in reversed(skipped):  # back to the front, in their order
+            self.waiting.prepend_request(request)
+
+    def _loras_in_use(self, plan: StepPlan) -> set[str] | None:
+        """The adapters admission must stay within (`max_loras`; None: no limit). 0.32 counts
+        the adapters of running requests scheduled in this step, 0.33 those of every running
+        request, since one not scheduled now can join a later batch."""
+        if not self.scheduler_config.max_loras:
+            return None
+        source = (self.running if self.behaviour.lora_limit_counts_running
+                  else plan.scheduled_running)
+        return {r.lora_name for r in source if r.lora_name is not None}
 
     def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
         """Placeholder drafts for an admitted request that needs just its last token (a resumed

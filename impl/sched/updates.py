@@ -23,6 +23,7 @@ class SchedulerStats:
     num_waiting_reqs: int
     kv_cache_usage: float
     prefix_cache_stats: PrefixCacheStats | None
+    num_skipped_waiting_reqs: int = 0
 
 
 class SchedulerUpdates:
@@ -36,6 +37,7 @@ class SchedulerUpdates:
     max_num_running_reqs: int
     num_spec_tokens: int
     behaviour: Behaviour
+    deferred_waiting: set[str]
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -144,6 +146,7 @@ class SchedulerUpdates:
     def _free_request(self, request: Request) -> None:
         assert request.is_finished()
         self.finished_req_ids.add(request.request_id)
+        self.deferred_waiting.discard(request.request_id)
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
 
@@ -171,6 +174,9 @@ class SchedulerUpdates:
         return self.kv_cache_manager.usage
 
     def make_stats(self) -> SchedulerStats:
+        """Requests skipped by admission (`deferred_waiting`) are reported apart from those
+        waiting for room."""
         running, waiting = self.get_request_counts()
-        return SchedulerStats(running, waiting, self.kv_cache_manager.usage,
-                              self.kv_cache_manager.make_prefix_cache_stats())
+        deferred = len(self.deferred_waiting)
+        return SchedulerStats(running, waiting - deferred, self.kv_cache_manager.usage,
+                              self.kv_cache_manager.make_prefix_cache_stats(), deferred)

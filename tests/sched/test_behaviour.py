@@ -120,7 +120,8 @@ def test_presets_by_release() -> None:
     assert BEHAVIOUR_0_33.switches == {"cache_verified_blocks_on_output": True,
                                        "priority_self_preemption_continues": True,
                                        "mamba_prefix_caching_requires_align": True,
-                                       "local_prefill_interval": True}
+                                       "local_prefill_interval": True,
+                                       "lora_limit_counts_running": True}
     assert not any(BEHAVIOUR_0_32.switches.values())
     with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
         behaviour_for("0.19.1")
@@ -164,3 +165,50 @@ def test_a_capacity_bound_engine_stops_holding_prefill() -> None:
     schedules = [scheduled(step(scheduler)[0]) for _ in range(3)]
     assert schedules == [{"a": 20, "b": 10}, {"a": 1, "b": 1}, {"a": 1, "c": 10}]
     assert scheduler.cadence.capacity_bound is False  # the queue drained at c's admission
+
+
+def test_max_loras_skips_a_request_whose_adapter_would_exceed_it() -> None:
+    """max_loras 1: a (adapter-a) is admitted; b (adapter-b) would be a second adapter, so it is
+    skipped and the scan goes on: c (adapter-a again) and d (no adapter) are admitted behind
+    it. b returns to the front of the queue and is reported as skipped, not waiting."""
+    scheduler = make_scheduler(max_loras=1)
+    for request_id, lora in (("a", "adapter-a"), ("b", "adapter-b"), ("c", "adapter-a"),
+                             ("d", None)):
+        scheduler.add_request(make_request(request_id, range(100, 110), lora_name=lora))
+    scheduler.add_request(make_request("e", range(300, 310)))
+    out = scheduler.schedule()
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["a", "c", "d", "e"]
+    assert [r.request_id for r in scheduler.waiting] == ["b"]
+    stats = scheduler.make_stats()
+    assert (stats.num_waiting_reqs, stats.num_skipped_waiting_reqs) == (0, 1)
+
+
+def test_skipped_requests_keep_their_order_at_the_front() -> None:
+    scheduler = make_scheduler(max_loras=1, max_num_seqs=2)
+    for request_id, lora in (("a", "adapter-a"), ("b", "adapter-b"), ("c", "adapter-c"),
+                             ("d", "adapter-a"), ("e", "adapter-b")):
+        scheduler.add_request(make_request(request_id, range(100, 110), lora_name=lora))
+    out = scheduler.schedule()
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["a", "d"]
+    assert [r.request_id for r in scheduler.waiting] == ["b", "c", "e"]
+    assert scheduler.deferred_waiting == {"b", "c"}  # e was never looked at: the seats ran out
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_the_adapters_counted_against_max_loras(behaviour: Behaviour) -> None:
+    """Async scheduling, max_loras 1. a (adapter-a, max_tokens 2) has its last token in flight
+    once its first is known, so the third step does not schedule it. 0.32 counts only scheduled running
+    requests and admits b (adapter-b) beside a; 0.33 counts every running request and keeps b
+    waiting until a finishes."""
+    scheduler = make_scheduler(asynchronous=True, max_loras=1, behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 110), max_tokens=2, ignore_eos=True,
+                                       lora_name="adapter-a"))
+    scheduler.add_request(make_request("b", range(200, 210), max_tokens=2, ignore_eos=True,
+                                       lora_name="adapter-b"))
+    first, second = scheduler.schedule(), scheduler.schedule()
+    scheduler.update_from_output(first, ModelRunnerOutput(["a"], {"a": 0}, [[7]]))
+    third = scheduler.schedule()
+    assert (scheduled(first), scheduled(second)) == ({"a": 10}, {"a": 1})
+    assert scheduled(third) == ({} if behaviour.release == "0.33.0" else {"b": 10})
+    assert scheduler.make_stats().num_skipped_waiting_reqs == (
+        1 if behaviour.release == "0.33.0" else 0)
