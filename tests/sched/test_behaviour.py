@@ -197,9 +197,9 @@ def test_skipped_requests_keep_their_order_at_the_front() -> None:
 @pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
 def test_the_adapters_counted_against_max_loras(behaviour: Behaviour) -> None:
     """Async scheduling, max_loras 1. a (adapter-a, max_tokens 2) has its last token in flight
-    once its first is known, so the third step does not schedule it. 0.32 counts only scheduled running
-    requests and admits b (adapter-b) beside a; 0.33 counts every running request and keeps b
-    waiting until a finishes."""
+    once its first is known, so the third step does not schedule it. 0.32 counts only scheduled
+    running requests and admits b (adapter-b) beside a; 0.33 counts every running request and
+    keeps b waiting until a finishes."""
     scheduler = make_scheduler(asynchronous=True, max_loras=1, behaviour=behaviour)
     scheduler.add_request(make_request("a", range(100, 110), max_tokens=2, ignore_eos=True,
                                        lora_name="adapter-a"))
