@@ -13,7 +13,8 @@ expansion. Like workload files, the format is strict (unknown fields and `"5"` f
 errors) and a bad file is one line naming the file and the field.
 
 The bundled catalogue (`workloads/data/models/`, listed by `list_models()`) holds real models'
-layer shapes, no weights.
+layer shapes, no weights. A workload's engine config may name one (`"model"`) instead of
+listing `kv_cache_groups`: `plan_engine_groups` then takes the groups from the planner.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from impl.plan import PlanOptions
 from impl.plan.layers import LayerSpec, ModelSpec, attention_layer_name, mamba_layer_name
+from impl.plan.planner import plan_groups
 from vtwin.errors import UserError
 from workloads.errors import WorkloadError, from_validation_error
+from workloads.schema import EngineConfigModel, KVCacheGroupModel
 
 FORMAT_NAME = "vtwin-model"
 MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
@@ -162,4 +166,40 @@ def load_model(name_or_path: str | Path) -> ModelFile:
     return parse_model(data, str(path))
 
 
-__all__ = ["FORMAT_NAME", "ModelFile", "list_models", "load_model", "parse_model"]
+def plan_engine_groups(config: EngineConfigModel, source: str | Path,
+                       line: int) -> EngineConfigModel:
+    """A workload config naming a model (`"model": NAME|FILE`): its KV-cache groups and block
+    size from the planner, at the config's block size, prefix caching and limits, and the
+    attention kernels of a GPU deployment (16-token kernel blocks). A file path is read
+    relative to the workload file. `kv_cache_groups`, if also given, must be the plan's."""
+    assert config.model is not None
+    name = config.model
+    beside = Path(source).parent / name
+    try:
+        spec = load_model(beside if beside.is_file() else name).spec
+        options = PlanOptions(block_size=config.block_size,
+                              max_model_len=config.max_model_len,
+                              max_num_batched_tokens=config.max_num_batched_tokens,
+                              async_scheduling=config.async_scheduling,
+                              enable_prefix_caching=config.enable_prefix_caching)
+        groups = plan_groups(spec, options)
+    except (UserError, ValueError) as err:
+        raise WorkloadError(source, line, "config.model", str(err)) from None
+    sizes = sorted({group.spec.block_size for group in groups})
+    if len(sizes) > 1:
+        raise WorkloadError(source, line, "config.model", f"{name}: the plan gives groups block "
+                            f"sizes {sizes}; scheduler workloads run one block size")
+    planned = [KVCacheGroupModel(type=group.spec.kind,
+                                 sliding_window=getattr(group.spec, "sliding_window", None),
+                                 attention_chunk_size=getattr(group.spec, "attention_chunk_size",
+                                                              None))
+               for group in groups]
+    if "kv_cache_groups" in config.model_fields_set and config.kv_cache_groups != planned:
+        raise WorkloadError(source, line, "config.kv_cache_groups", f"{name}'s plan gives "
+                            f"{[g.model_dump(exclude_none=True) for g in planned]}; leave "
+                            "kv_cache_groups out or match it")
+    return config.model_copy(update={"kv_cache_groups": planned, "block_size": sizes[0]})
+
+
+__all__ = ["FORMAT_NAME", "ModelFile", "list_models", "load_model", "parse_model",
+           "plan_engine_groups"]
