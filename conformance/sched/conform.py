@@ -165,21 +165,49 @@ def start_systems(factories: Sequence[tuple[str, SystemFactory]], config: Engine
     """Start every system before the first workload, so no workload's time includes it: build
     one system per factory for `config` and close it at once (in process, the first upstream
     build imports torch and vLLM; a worker factory starts its worker, which imports them
-    there). Returns seconds per spec, each also printed on a line of its own. A build that
-    fails here is only noted: the first workload that builds one reports it in full."""
-    seconds: dict[str, float] = {}
-    for spec, factory in factories:
-        print(f"{prefix}: starting {spec} ...", file=out, flush=True)
+    there). The systems start side by side, one thread each: a worker imports in its own
+    process, so two releases (drift) or a worker beside an in-process upstream take as long as
+    the slower one, not the sum. Returns seconds per spec, each also printed on a line of its
+    own. A build that fails here is only noted: the first workload that builds one reports it
+    in full."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(spec: str, factory: SystemFactory) -> tuple[str, float]:
         started = time.monotonic()
         try:
             close_system(factory(config))
             note = "ready"
         except Exception as err:
             note = f"could not build a system ({type(err).__name__}), started anyway"
-        seconds[spec] = time.monotonic() - started
-        print(f"{prefix}: start-up of {spec}: {note} in {seconds[spec]:.2f}s", file=out,
-              flush=True)
+        return note, time.monotonic() - started
+
+    def say(spec: str, note: str, took: float) -> None:
+        seconds[spec] = took
+        print(f"{prefix}: start-up of {spec}: {note} in {took:.2f}s", file=out, flush=True)
+
+    seconds: dict[str, float] = {}
+    for spec, _ in factories:
+        print(f"{prefix}: starting {spec} ...", file=out, flush=True)
+    # Workers start in threads (they wait on a pipe); in-process systems in this thread, as
+    # importing vLLM may install signal handlers, which only the main thread can.
+    remote = [(spec, f) for spec, f in factories if _out_of_process(spec)]
+    local = [(spec, f) for spec, f in factories if not _out_of_process(spec)]
+    with ThreadPoolExecutor(max_workers=max(1, len(remote))) as pool:
+        futures = [(spec, pool.submit(start, spec, factory)) for spec, factory in remote]
+        for spec, factory in local:
+            say(spec, *start(spec, factory))
+        for spec, future in futures:
+            say(spec, *future.result())
     return seconds
+
+
+def _out_of_process(spec: str) -> bool:
+    from conformance.specs import parse_spec
+
+    try:
+        return parse_spec(spec).out_of_process
+    except Exception:
+        return False
 
 
 def run_conform(
@@ -207,8 +235,10 @@ def run_conform(
     try:
         resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
         with upstream_logs(log_path) as counts:
-            startup = 0.0 if not resolved else sum(start_systems(
-                ((system, left), (against, right)), resolved[0][0].config, out).values())
+            started = time.monotonic()
+            if resolved:
+                start_systems(((system, left), (against, right)), resolved[0][0].config, out)
+            startup = time.monotonic() - started if resolved else 0.0
             outcomes = _run_all(resolved, left, right, level, known, trace_dir,
                                 integrity_every, max_steps, progress_every, out)
     finally:
