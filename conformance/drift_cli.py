@@ -4,7 +4,8 @@
 [--report DIR]`` starts both systems (start-up timed apart), runs each workload on both to the
 end and prints one line per difference class, behavioural first; ``--json`` writes every class
 with its workloads, first steps, counts, example values and hints, plus each side's time per
-step; ``--report DIR`` writes ``drift.json``, ``drift.txt`` and ``upstream.log`` there. Exit 0
+step; ``--report DIR`` writes ``drift.json``, ``drift.txt``, ``drift.html`` (the classes and
+workloads as a page, `drift_html`) and ``upstream.log`` there. Exit 0
 when nothing differs, 1 when something does (as ``diff``), 2 for bad input (one line).
 """
 
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 from conformance.drift import DriftClass, WorkloadDrift, drift_workload
 from conformance.drift_classes import FIELD_KINDS
+from conformance.drift_html import render_drift
 from conformance.errors import UserError
 from conformance.sched.conform import start_systems, upstream_logs
 from conformance.sched.divergences import DEFAULT_PATH, KnownDivergence, load_known
@@ -65,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                            f"{', '.join(FIELD_KINDS)}")
     drift.add_argument("--json", type=Path, metavar="OUT", help="write JSON here ('-': stdout)")
     drift.add_argument("--report", type=Path, metavar="DIR",
-                       help="write drift.json, drift.txt and upstream.log into DIR")
+                       help="write drift.json, drift.txt, drift.html and upstream.log into DIR")
     drift.add_argument("--known", type=Path, default=DEFAULT_PATH, metavar="FILE",
                        help="known divergences: entries for this pair mark the classes they "
                             "name as known (default conformance/divergences.toml)")
@@ -228,6 +230,8 @@ def _drift(args: argparse.Namespace) -> int:
         args.report.mkdir(parents=True, exist_ok=True)
         (args.report / "drift.json").write_text(text + "\n", encoding="utf-8")
         (args.report / "drift.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (args.report / "drift.html").write_text(render_drift(json.loads(text)),
+                                                encoding="utf-8")
     if args.json is not None:
         if str(args.json) == "-":
             print(text)

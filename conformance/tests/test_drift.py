@@ -103,6 +103,13 @@ def test_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert json.loads((tmp_path / "d.json").read_text())["summary"]["classes"] == 2
     assert (tmp_path / "r" / "drift.json").is_file()
     assert "prefix_cache.queries" in (tmp_path / "r" / "drift.txt").read_text()
+    page = (tmp_path / "r" / "drift.html").read_text()
+    assert "<h1>Drift: conformance.tests.test_drift:PlantedImpl vs impl</h1>" in page
+    assert "2 difference classes (0 behavioural, 2 cosmetic) in 1 of 1 workloads" in page
+    # one row per class, the root class (first to differ) before the downstream one
+    rows = [r for r in page.split("<tr>") if r.startswith("<td class='class'><code>")]
+    assert [r.split("</code>")[0][len("<td class='class'><code>"):] for r in rows] == [
+        "num_common_prefix_blocks", "prefix_cache.queries"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
