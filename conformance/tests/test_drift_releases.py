@@ -20,11 +20,14 @@ def test_drift_0_32_to_0_33_names_each_switch_at_its_workload() -> None:
     needs_reference(NEW)
     workloads = [f"{REGRESSIONS}/prefill-interval-0.33.jsonl",
                  f"{REGRESSIONS}/priority-self-preemption-0.33.jsonl",
+                 f"{REGRESSIONS}/lora-limit-0.33.jsonl",
                  "spec-decode", "hybrid-mamba"]
     drift = run_drift("upstream", NEW, workloads)
     roots = {c["class"]: set(c["root_in"]) for c in drift["classes"]}
     # prefill_schedule_interval held b back (local_prefill_interval)
     assert "prefill-interval-0.33" in roots["scheduled_new"]
+    # b admitted beside a's adapter only by 0.32 (lora_limit_counts_running)
+    assert "lora-limit-0.33" in roots["scheduled_new"]
     # b still scheduled after a preempted itself (priority_self_preemption_continues)
     assert "priority-self-preemption-0.33" in roots["scheduled_cached"]
     # a verified block stored one step earlier (cache_verified_blocks_on_output)
