@@ -77,6 +77,10 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Mutation killers", ("test_mutation",), "workloads that kill known mutants of impl/"),
     ("Runner and engine", ("test_runner_",),
      "greedy tokens equal Hugging Face and upstream's engine; Triton kernel vs torch"),
+    ("KV-cache planning", ("test_plan_",),
+     "the planner (model layers to groups, block and page sizes, pool, tensors) against "
+     "upstream's: the model catalogue over budgets and block sizes, random layer mixes and "
+     "refusals; vtwin kv plan; workloads that name a model"),
     ("Versions and hashing", ("none_hash", "test_hash"),
      "NONE_HASH and hash functions derived like upstream 0.32.0"),
     ("Reports and CLI", ("test_report_", "test_cli_", "test_browser_", "test_nightly"),
