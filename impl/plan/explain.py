@@ -38,6 +38,9 @@ def why_layers(plan: KVCachePlan, index: int) -> str:
                     "own page and a block holds all of them")
         return f"all {total} layers: every layer has the same spec"
     label = kind_label(group.spec)
+    if group.uniform_type:  # only block-outer packing makes several such groups
+        return (f"{label} layers bucketed by type: a block-outer layout packs pages of "
+                "different sizes side by side, so no page is grown or padded")
     siblings = [g for g in plan.groups if g.spec == group.spec]
     counts = Counter(kind_label(g.spec) for g in plan.groups for _ in g.layer_names)
     per_group = group_size(list(Counter(
@@ -72,10 +75,12 @@ def why_page(plan: KVCachePlan, group: PlannedGroup) -> str:
     if spec.page_size_padded is not None:
         notes.append(f"padded from {size(spec.unpadded_page_size_bytes)} to "
                      f"{size(spec.page_size_padded)} to match the other pages")
-    if group.uniform_type:
-        page = " + ".join(sorted({size(s.page_size_bytes) for s in group.layer_specs}))
-        notes.append("one page per layer")
     text = f"page {size(spec.page_size_bytes)} = {page}"
+    if group.uniform_type:
+        pages = Counter(size(s.page_size_bytes) for s in group.layer_specs)
+        text = (f"{size(group.page_size_bytes)} a block = "
+                + " + ".join(f"{count} x {page}" for page, count in pages.items())
+                + " (each layer keeps its own page)")
     return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -85,9 +90,10 @@ def explain(plan: KVCachePlan) -> list[str]:
     blocks = plan.request_blocks()
     for index, group in enumerate(plan.groups):
         spec = group.spec
-        lines.append(f"  group {index}: {kind_label(spec)}, {len(group.layer_names)} layers "
-                     f"({_short_names(group.layer_names)}), block {spec.block_size}: "
-                     f"{why_layers(plan, index)}; {why_page(plan, group)}; "
+        count = len(group.layer_names)
+        lines.append(f"  group {index}: {kind_label(spec)}, {count} layer"
+                     f"{'s' if count != 1 else ''} ({_short_names(group.layer_names)}), block "
+                     f"{spec.block_size}: {why_layers(plan, index)}; {why_page(plan, group)}; "
                      f"{blocks[index]} blocks per max-length request")
     lines.append(f"  pool: {plan.num_blocks} blocks x {size(plan.bytes_per_block)} = "
                  f"{size(plan.pool_bytes)} of {size(plan.memory)} "
