@@ -17,7 +17,7 @@ from conformance.errors import UserError
 # Modules that contribute subcommands, in the order they appear in `vtwin --help`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "workloads.cli", "conformance.sched_cli", "conformance.record_cli", "conformance.drift_cli",
-    "impl.runner_cli", "conformance.bench_cli", "conformance.plan_cli",
+    "impl.runner_cli", "conformance.bench_cli", "conformance.campaign_cli", "conformance.plan_cli",
 )
 
 

@@ -1,0 +1,130 @@
+"""Campaign families: a workload from (family, seed), the same one on every machine.
+
+A campaign task is named by a family and a seed and nothing else, so a worker anywhere can
+rebuild its workload, a shrinker can rebuild it again, and a store of results can say "done"
+per key. Two kinds of family:
+
+* the generator families of `workloads.generators` (`vtwin workloads list`), each with a
+  *config draw*: the seed also picks a scale and perturbs the family's engine config (prefix
+  caching, hash function, async scheduling, token budget and long-prefill threshold, seats,
+  a tighter pool, FCFS or priority, chunked prefill off) within what upstream accepts, so one
+  family covers many configs instead of the one it was written for;
+* ``hypothesis``: the scheduler's whole generated space (`conformance.sched.strategies`), drawn
+  by Hypothesis under ``@seed(seed)``. Its first example is always the minimal one, so the
+  draw is the second: a plain random example, and deterministic for a given Hypothesis version.
+
+Everything random comes from `random.Random` seeded with a string (SHA-512 inside `random`),
+never from `hash()`, so the workload does not depend on PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+from conformance.errors import UserError
+from workloads.generators import FAMILIES, generate
+from workloads.model import EngineConfig, Workload
+
+HYPOTHESIS = "hypothesis"
+SCALES = (0.25, 0.5, 0.5, 1.0)
+"""Generated workloads stay small: many short workloads find more than a few long ones."""
+HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
+
+def family_names() -> tuple[str, ...]:
+    """Every family a campaign knows, in the order `--families all` runs them."""
+    return (*FAMILIES, HYPOTHESIS)
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    """`all`, or a comma-separated list of family names; one `UserError` line otherwise."""
+    known = family_names()
+    if text.strip() == "all":
+        return known
+    chosen = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        raise UserError(f"--families: unknown family {', '.join(unknown) or repr(text)} "
+                        f"(known: all, {', '.join(known)})")
+    return chosen
+
+
+def workload_for(family: str, seed: int) -> tuple[Workload, dict[str, Any]]:
+    """The workload of (family, seed) and its draw (what the seed changed, for the store)."""
+    if family == HYPOTHESIS:
+        return _hypothesis_workload(seed), {}
+    if family not in FAMILIES:
+        raise UserError(f"unknown campaign family {family!r} (known: {', '.join(family_names())})")
+    rng = random.Random(f"vtwin/campaign/{family}/{seed}")
+    scale = rng.choice(SCALES)
+    base = generate(family, seed, scale)
+    config, draw = draw_config(base.config, rng)
+    name = f"{family}-seed{seed}"
+    described = f"campaign draw of {family} seed {seed}: scale {scale:g}" + "".join(
+        f", {key}={value}" for key, value in draw.items())
+    return replace(base, name=name, description=f"{described}; {base.description}",
+                   config=config), {"scale": scale, **draw}
+
+
+def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig, dict[str, Any]]:
+    """Perturb a family's config within what upstream and the workload format accept.
+
+    Rules kept, each one a way a draw could otherwise break the run rather than test it:
+    the budget never below `max_num_seqs`; chunked prefill off only with a budget of at least
+    `max_model_len`; with spec decode no long-prefill threshold below ``1 + num_spec_tokens``
+    (vLLM 0.32 asserts when a padded decode is cut by it, `strategies.engine_configs`); the
+    pool still holds a full-length request in every KV-cache group plus a block, or admission
+    would wait forever on both sides alike."""
+    changes: dict[str, Any] = {}
+
+    def maybe(name: str, odds: float, value: Any) -> None:
+        if rng.random() < odds and value != getattr(config, name):
+            changes[name] = value
+
+    maybe("enable_prefix_caching", 0.2, False)
+    maybe("hash_algo", 0.5, rng.choice(HASH_ALGOS))
+    maybe("async_scheduling", 0.3, not config.async_scheduling)
+    maybe("policy", 0.2, "priority")
+    seats = rng.choice((1, 2, 4, config.max_num_seqs))
+    maybe("max_num_seqs", 0.3, seats)
+    seats = changes.get("max_num_seqs", config.max_num_seqs)
+    spec_floor = 1 + config.num_spec_tokens if config.num_spec_tokens else 1
+    maybe("long_prefill_token_threshold", 0.3, rng.choice((0, max(16, spec_floor), 64)))
+    if rng.random() < 0.15:
+        changes["enable_chunked_prefill"] = False
+        changes["max_num_batched_tokens"] = max(config.max_model_len, seats)
+    else:
+        maybe("max_num_batched_tokens", 0.3,
+              max(seats, rng.choice((32, 64, config.max_num_batched_tokens // 2))))
+    groups = len(config.kv_cache_groups)
+    floor = groups * (-(-config.max_model_len // config.block_size) + 1) + 1
+    if floor < config.num_blocks:
+        maybe("num_blocks", 0.25, rng.randint(floor, config.num_blocks))
+    return replace(config, **changes), changes
+
+
+def _hypothesis_workload(seed: int) -> Workload:
+    """The second example Hypothesis draws under `@seed(seed)` (see the module docstring)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+
+    from conformance.sched.strategies import workloads
+
+    drawn: list[Workload] = []
+
+    @seeded(seed)
+    @settings(max_examples=2, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(workloads())
+    def collect(workload: Workload) -> None:
+        drawn.append(workload)
+
+    collect()
+    workload = drawn[-1]
+    plans = workload.plans_by_request()  # in request order, as a workload file reads back
+    return replace(workload, name=f"{HYPOTHESIS}-seed{seed}",
+                   description=f"campaign draw of the generated space, Hypothesis seed {seed}",
+                   plans=tuple(plans[r.request_id] for r in workload.requests
+                               if r.request_id in plans))
