@@ -212,3 +212,44 @@ def test_the_adapters_counted_against_max_loras(behaviour: Behaviour) -> None:
     assert scheduled(third) == ({} if behaviour.release == "0.33.0" else {"b": 10})
     assert scheduler.make_stats().num_skipped_waiting_reqs == (
         1 if behaviour.release == "0.33.0" else 0)
+
+
+def test_a_held_prefill_chunk_is_skipped_not_the_requests_after_it() -> None:
+    """Interval 3, chunks of at most 8. a and c decode; b (40 tokens) sits between them in the
+    running list, mid-prompt: the held steps schedule a and c, once each, and b's next chunk
+    waits for executed step 4, the next that carries prefill."""
+    scheduler = make_scheduler(max_num_batched_tokens=24, long_prefill_token_threshold=8,
+                               prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    scheduler.add_request(make_request("a", range(100, 104), max_tokens=30, ignore_eos=True))
+    scheduler.add_request(make_request("b", range(200, 240), max_tokens=4, ignore_eos=True))
+    scheduler.add_request(make_request("c", range(300, 304), max_tokens=30, ignore_eos=True))
+    steps = []
+    for _ in range(5):
+        out, _ = step(scheduler)
+        steps.append((scheduled(out), out.scheduled_cached_reqs.req_ids,
+                      scheduler.cadence.last_prefill_step))
+    assert steps == [
+        ({"a": 4, "b": 8, "c": 4}, [], 1),
+        ({"a": 1, "c": 1}, ["a", "c"], 1),
+        ({"a": 1, "c": 1}, ["a", "c"], 1),
+        ({"a": 1, "b": 8, "c": 1}, ["a", "b", "c"], 4),
+        ({"a": 1, "c": 1}, ["a", "c"], 4),
+    ]
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_async_caches_the_block_the_last_output_completed(behaviour: Behaviour) -> None:
+    """Async, no drafts. a: 15 prompt tokens, max_tokens 2. Its second token is sampled by a
+    step whose allocation knew only 15 tokens, and a finishes when that output is applied: the
+    block the first sampled token completed (16 tokens) is cached only by caching at output
+    time, which both releases do (0.32 up to computed minus placeholders, 0.33 minus in-flight
+    tokens), so a finishes leaving one cached block."""
+    scheduler = make_scheduler(asynchronous=True, behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 115), max_tokens=2, ignore_eos=True))
+    first, second = scheduler.schedule(), scheduler.schedule()
+    scheduler.update_from_output(first, ModelRunnerOutput(["a"], {"a": 0}, [[7]]))
+    assert scheduled(scheduler.schedule()) == {}  # a's last token is in flight
+    assert scheduler.kv_cache_manager.block_pool.get_num_cached_blocks() == 0
+    scheduler.update_from_output(second, ModelRunnerOutput(["a"], {"a": 0}, [[8]]))
+    assert "a" not in scheduler.requests
+    assert scheduler.kv_cache_manager.block_pool.get_num_cached_blocks() == 1
