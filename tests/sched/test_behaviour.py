@@ -16,6 +16,7 @@ from impl.behaviour import (
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.output import DraftTokenIds, ModelRunnerOutput
+from impl.sched.request import Request
 from impl.sched.scheduler import Scheduler
 from tests.sched.helpers import NONE_HASH, make_request, make_scheduler, scheduled, step
 
@@ -253,3 +254,90 @@ def test_async_caches_the_block_the_last_output_completed(behaviour: Behaviour) 
     scheduler.update_from_output(second, ModelRunnerOutput(["a"], {"a": 0}, [[8]]))
     assert "a" not in scheduler.requests
     assert scheduler.kv_cache_manager.block_pool.get_num_cached_blocks() == 1
+
+
+def schedules_with_arrivals(scheduler: Scheduler, arrivals: dict[int, list[Request]],
+                            num_steps: int) -> list[dict[str, int]]:
+    out = []
+    for index in range(num_steps):
+        for request in arrivals.get(index, []):
+            scheduler.add_request(request)
+        out.append(scheduled(step(scheduler)[0]))
+        scheduler.check_integrity()
+    return out
+
+
+def test_interval_2_holds_one_step() -> None:
+    """a prefills at executed step 1; b, arriving at the next step, waits one step."""
+    scheduler = make_scheduler(prefill_schedule_interval=2, behaviour=BEHAVIOUR_0_33)
+    arrivals = {0: [make_request("a", range(100, 108), max_tokens=9, ignore_eos=True)],
+                1: [make_request("b", range(200, 208), max_tokens=9, ignore_eos=True)]}
+    assert schedules_with_arrivals(scheduler, arrivals, 3) == [
+        {"a": 8}, {"a": 1}, {"a": 1, "b": 8}]
+
+
+@pytest.mark.parametrize(("first", "held"), [((5,), False), (tuple(range(100, 108)), True)])
+def test_a_one_token_prompt_carries_no_prefill(first: tuple[int, ...], held: bool) -> None:
+    """Interval 3. A 1-token prompt's admission computes just the token it samples from: it
+    does not restart the interval, so b, arriving while a decodes, is not held (nor is it
+    on the engine's first steps). An 8-token prompt does restart it."""
+    scheduler = make_scheduler(prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    arrivals = {0: [make_request("a", first, max_tokens=9, ignore_eos=True)],
+                1: [make_request("b", range(200, 208), max_tokens=9, ignore_eos=True)]}
+    a = len(first)
+    assert schedules_with_arrivals(scheduler, arrivals, 2) == [
+        {"a": a}, {"a": 1} if held else {"a": 1, "b": 8}]
+
+
+def test_a_step_admitting_prefill_then_a_one_token_prompt_carried_prefill() -> None:
+    """b (8 tokens) then a (1 token) are admitted in one step: the step carried prefill, so c
+    arriving next is held until executed step 4."""
+    scheduler = make_scheduler(prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    arrivals = {0: [make_request("b", range(200, 208), max_tokens=9, ignore_eos=True),
+                    make_request("a", (5,), max_tokens=9, ignore_eos=True)],
+                1: [make_request("c", range(300, 308), max_tokens=9, ignore_eos=True)]}
+    assert schedules_with_arrivals(scheduler, arrivals, 4) == [
+        {"b": 8, "a": 1}, {"b": 1, "a": 1}, {"b": 1, "a": 1}, {"b": 1, "a": 1, "c": 8}]
+
+
+def test_a_held_step_still_admits_a_request_with_one_token_left() -> None:
+    """x (33 tokens, max_tokens 1) leaves its first 32 tokens cached. In the held step after
+    it, y (the same 33 tokens) has one token left and is admitted as a decode, while z (those
+    33 plus one) has two left and waits: the queue stops at it."""
+    scheduler = make_scheduler(prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    prompt = tuple(range(100, 133))
+    arrivals = {0: [make_request("d", range(400, 404), max_tokens=20, ignore_eos=True),
+                    make_request("x", prompt, max_tokens=1, ignore_eos=True)],
+                1: [make_request("y", prompt, max_tokens=4, ignore_eos=True),
+                    make_request("z", prompt + (7,), max_tokens=4, ignore_eos=True)]}
+    assert schedules_with_arrivals(scheduler, arrivals, 2) == [
+        {"d": 4, "x": 33}, {"d": 1, "y": 1}]
+    assert [r.request_id for r in scheduler.waiting] == ["z"]
+
+
+def test_a_held_step_keeps_the_requests_max_loras_skipped() -> None:
+    """max_loras 1, interval 3. In a held step, s (adapter-b) is skipped for the adapter limit
+    and p (a prompt) stops admission: s goes back to the front, ahead of p, and nothing is
+    lost."""
+    scheduler = make_scheduler(max_loras=1, prefill_schedule_interval=3,
+                               behaviour=BEHAVIOUR_0_33)
+    arrivals = {0: [make_request("d", range(400, 404), max_tokens=20, ignore_eos=True,
+                                 lora_name="adapter-a")],
+                1: [make_request("s", range(500, 504), max_tokens=4, lora_name="adapter-b"),
+                    make_request("p", range(600, 608), max_tokens=4)]}
+    assert schedules_with_arrivals(scheduler, arrivals, 2) == [{"d": 4}, {"d": 1}]
+    assert [r.request_id for r in scheduler.waiting] == ["s", "p"]
+    assert scheduler.deferred_waiting == {"s"}
+
+
+def test_requests_skipped_for_max_loras_do_not_make_the_engine_capacity_bound() -> None:
+    """s waits only because of the adapter limit, not for room: the engine is not
+    capacity-bound, so p, arriving while d decodes, is still held."""
+    scheduler = make_scheduler(max_loras=1, prefill_schedule_interval=3,
+                               behaviour=BEHAVIOUR_0_33)
+    arrivals = {0: [make_request("d", range(400, 404), max_tokens=20, ignore_eos=True,
+                                 lora_name="adapter-a"),
+                    make_request("s", range(500, 504), max_tokens=4, lora_name="adapter-b")],
+                1: [make_request("p", range(600, 608), max_tokens=4)]}
+    assert schedules_with_arrivals(scheduler, arrivals, 2) == [{"d": 4}, {"d": 1}]
+    assert scheduler.cadence.capacity_bound is False
