@@ -10,6 +10,7 @@ A spec says which scheduler to run and where it runs:
 | `vllm==X.Y.Z` | that release, in its managed env (`vtwin env create`) | worker process |
 | `vllm@PATH` | a local checkout or wheel, in its managed env | worker process |
 | `module:factory` | any `EngineConfig -> System` callable | in process |
+| `continuum-fork` | the Continuum fork rebuilt on 0.32 (`sched/continuum_fork.py`) | in process |
 | `SPEC+sched=module:Class` | SPEC with that scheduler class (`--scheduler-cls`) | as SPEC |
 | `SPEC+worker` | SPEC in a worker process run by this interpreter | worker process |
 
@@ -42,6 +43,7 @@ FORMS = ("impl", "impl==X.Y.Z", "upstream", "vllm==X.Y.Z", "vllm@PATH", "module:
 SCHED_SUFFIX = "+sched="
 WORKER_SUFFIX = "+worker"
 UPSTREAM_NAMES = frozenset({"upstream", "upstream-0.32.0"})
+NAMED_FACTORIES = {"continuum-fork": "conformance.sched.continuum_fork:ContinuumForkSystem"}
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:[.+-]?[A-Za-z0-9.]+)?")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _TARGET = re.compile(rf"{_DOTTED}:{_DOTTED}")
@@ -159,6 +161,8 @@ def _parse_base(text: str, rest: str, worker: bool) -> SystemSpec:
         if not (path.is_dir() or path.suffix == ".whl"):
             raise _bad(text, f"{path} is neither a directory (checkout) nor a .whl")
         return SystemSpec(text, "path", path=path, worker=worker)
+    if rest in NAMED_FACTORIES:
+        return SystemSpec(text, "factory", target=NAMED_FACTORIES[rest], worker=worker)
     if _TARGET.fullmatch(rest):
         return SystemSpec(text, "factory", target=rest, worker=worker)
     raise UserError(f"unknown system {text!r} (forms: {', '.join(FORMS)})")

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from workloads.closed_loop import continuum_config, resolve_arrivals
 from workloads.errors import WorkloadError
 from workloads.model import (
     AbortSpec,
+    AfterSpec,
     EngineConfig,
     KVCacheGroup,
     PlanSpec,
@@ -46,7 +48,8 @@ class Located(Generic[T]):
     record: T
 
 
-def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> EngineConfig:
+def engine_config(model: EngineConfigModel, source: str | Path, line: int,
+                  step_ms: float | None = None) -> EngineConfig:
     def fail(field: str, problem: str) -> WorkloadError:
         return WorkloadError(source, line, f"config.{field}", problem)
 
@@ -98,6 +101,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int) -> En
         num_lookahead_tokens=model.num_lookahead_tokens,
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
+        continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
     )
 
 
@@ -110,7 +114,7 @@ def build_workload(
 ) -> Workload:
     """Check every cross-record rule and assemble the workload in its canonical order."""
     head = header.record
-    config = engine_config(head.config, source, header.line)
+    config = engine_config(head.config, source, header.line, head.step_ms)
     tokens = TokenSource(head.vocab_size, head.token_seed)
     # Shared segments repeat across requests; building each once keeps large loads fast.
     segments: dict[tuple[str, int], Segment] = {}
@@ -125,6 +129,7 @@ def build_workload(
         built[item.record.request_id] = Located(
             item.line, _request(item, head, config, tokens, segments, source)
         )
+    resolve_arrivals(built, head.step_ms, config.max_model_len, source)
     ordered = sorted(built.values(), key=lambda r: r.record.arrival_step)
     return Workload(
         name=head.name,
@@ -152,9 +157,12 @@ def _request(
     def fail(field: str, problem: str) -> WorkloadError:
         return WorkloadError(source, item.line, field, problem)
 
-    if (rec.arrival_step is None) == (rec.arrival_ms is None):
-        raise fail("arrival_step", "give exactly one of 'arrival_step' and 'arrival_ms'")
-    if rec.arrival_step is not None:
+    if sum(x is not None for x in (rec.arrival_step, rec.arrival_ms, rec.after)) != 1:
+        raise fail("arrival_step", "give exactly one of 'arrival_step', 'arrival_ms' and "
+                   "'after'")
+    if rec.after is not None:
+        arrival = 0  # the earliest step is set once every request is known (`closed_loop`)
+    elif rec.arrival_step is not None:
         arrival = rec.arrival_step
     elif head.step_ms is None:
         raise fail("arrival_ms", "needs 'step_ms' in the header to convert times to steps")
@@ -193,6 +201,9 @@ def _request(
         cache_salt=rec.cache_salt,
         lora_name=rec.lora_name,
         prompt_spec=spec,
+        job_id=rec.job_id,
+        is_last_step=rec.is_last_step,
+        after=None if rec.after is None else AfterSpec(rec.after.request_id, rec.after.gap_ms),
     )
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
-Policy = Literal["fcfs", "priority"]
+Policy = Literal["fcfs", "priority", "continuum"]
+Estimator = Literal["fixed", "learned"]
 HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
 
 DEFAULT_VOCAB_SIZE = 32000
@@ -37,6 +38,27 @@ class KVCacheGroup:
         if self.attention_chunk_size is not None:
             out["attention_chunk_size"] = self.attention_chunk_size
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuumConfig:
+    """Settings of the `continuum` policy (KV pinning across agent tool calls, seed 002).
+
+    A finished non-final turn of a job keeps its KV blocks for a time-to-live when the tool
+    call's predicted time is under `threshold_ms`: `fixed` predicts `ttl_ms` for every call,
+    `learned` predicts each job's longest observed gap (`ttl_ms` until one is seen). Time is
+    engine steps times `step_ms`, which comes from the workload header (files do not repeat it
+    here), so the pins expire at the same step on every system.
+    """
+
+    ttl_ms: float = 1000.0
+    estimator: Estimator = "fixed"
+    threshold_ms: float = 2000.0
+    step_ms: float = 20.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ttl_ms": self.ttl_ms, "estimator": self.estimator,
+                "threshold_ms": self.threshold_ms}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +92,7 @@ class EngineConfig:
     num_lookahead_tokens: int = 0
     prefill_schedule_interval: int = 1
     max_loras: int = 0
+    continuum: ContinuumConfig | None = None  # read only under policy "continuum"
 
     @property
     def usable_blocks(self) -> int:
@@ -99,6 +122,8 @@ class EngineConfig:
             "num_lookahead_tokens": self.num_lookahead_tokens,
             "prefill_schedule_interval": self.prefill_schedule_interval,
             "max_loras": self.max_loras,
+            # Left out when unset, so files of the other policies keep their exact bytes.
+            **({"continuum": self.continuum.to_dict()} if self.continuum is not None else {}),
         }
 
 
@@ -124,9 +149,28 @@ class PromptSpec:
     segments: tuple[Segment, ...] = ()
 
 
+def gap_steps(gap_ms: float, step_ms: float) -> int:
+    """Whole engine steps in a gap (floor, as `arrival_ms` converts): a request `after` R
+    arrives at R's finishing step + 1 + this."""
+    return int(gap_ms // step_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class AfterSpec:
+    """Closed-loop arrival: the request arrives `gap_ms` after `request_id` finishes (an agent's
+    next turn after a tool call), and its prompt extends that request's prompt and output."""
+
+    request_id: str
+    gap_ms: float
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request arrival. `arrival_step` is the engine step at which it is added."""
+    """One request arrival. `arrival_step` is the engine step at which it is added; with
+    `after` set it is only the earliest step it can arrive (the driver adds it once its
+    predecessor finishes), and `prompt_token_ids` are the new tokens that follow the
+    predecessor's prompt and output. `job_id` groups the turns of one agent job;
+    `is_last_step` is false on turns a tool call follows."""
 
     request_id: str
     arrival_step: int
@@ -140,6 +184,9 @@ class RequestSpec:
     cache_salt: str | None = None
     lora_name: str | None = None
     prompt_spec: PromptSpec | None = None
+    job_id: str | None = None
+    is_last_step: bool = True
+    after: AfterSpec | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -191,6 +238,10 @@ class Workload:
         steps = [r.arrival_step for r in self.requests]
         if steps != sorted(steps):
             raise ValueError("Workload.requests must be sorted by arrival_step")
+        continuum = self.config.continuum
+        if continuum is not None and continuum.step_ms != self.step_ms:
+            raise ValueError(f"config.continuum.step_ms {continuum.step_ms} differs from the "
+                             f"workload's step_ms {self.step_ms}")
 
     def plan_for(self, request_id: str) -> PlanSpec | None:
         for plan in self.plans:

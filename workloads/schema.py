@@ -51,6 +51,15 @@ def _one_full_group() -> list[KVCacheGroupModel]:
     return [KVCacheGroupModel(type="full")]
 
 
+Millis = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class ContinuumModel(_Strict):
+    ttl_ms: Millis = 1000.0
+    estimator: Literal["fixed", "learned"] = "fixed"
+    threshold_ms: Millis = 2000.0
+
+
 class EngineConfigModel(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     block_size: PosInt = 16
@@ -60,7 +69,7 @@ class EngineConfigModel(_Strict):
     max_model_len: PosInt = 2048
     long_prefill_token_threshold: NonNegInt = 0
     enable_chunked_prefill: bool = True
-    policy: Literal["fcfs", "priority"] = "fcfs"
+    policy: Literal["fcfs", "priority", "continuum"] = "fcfs"
     enable_prefix_caching: bool = True
     hash_algo: Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"] = "sha256"
     kv_cache_groups: Annotated[list[KVCacheGroupModel], Field(min_length=1)] = Field(
@@ -72,6 +81,7 @@ class EngineConfigModel(_Strict):
     num_lookahead_tokens: NonNegInt = 0
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
+    continuum: ContinuumModel | None = None
 
 
 class HeaderModel(_Strict):
@@ -96,6 +106,11 @@ class PromptSpecModel(_Strict):
     segments: list[SegmentModel] = Field(default_factory=list)
 
 
+class AfterModel(_Strict):
+    request_id: Name
+    gap_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class RequestModel(_Strict):
     type: Literal["request"]
     request_id: Name
@@ -111,6 +126,9 @@ class RequestModel(_Strict):
     priority: int = 0
     cache_salt: Annotated[str, Field(min_length=1)] | None = None
     lora_name: Name | None = None
+    job_id: Name | None = None
+    is_last_step: bool = True
+    after: AfterModel | None = None
 
 
 class AbortModel(_Strict):

@@ -52,9 +52,13 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": "request",
         "request_id": request.request_id,
-        "arrival_step": request.arrival_step,
         "max_tokens": request.max_tokens,
     }
+    if request.after is None:
+        record["arrival_step"] = request.arrival_step
+    else:  # its arrival step is the run's to decide
+        record["after"] = {"request_id": request.after.request_id,
+                           "gap_ms": request.after.gap_ms}
     if request.prompt_spec is not None:
         record["prompt"] = prompt_record(request.prompt_spec)
     else:
@@ -67,6 +71,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         "priority": (request.priority, 0),
         "cache_salt": (request.cache_salt, None),
         "lora_name": (request.lora_name, None),
+        "job_id": (request.job_id, None),
+        "is_last_step": (request.is_last_step, True),
     }
     for key, (value, default) in optional.items():
         if value != default:

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from conformance.sched.arrivals import Arrivals
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
@@ -49,10 +50,15 @@ class Step:
 
 
 def default_max_steps(workload: Workload) -> int:
-    """Generous: every token of every request in its own step, twice, after the last arrival."""
+    """Generous: every token of every request in its own step, twice, after the last arrival
+    (closed-loop arrivals: the earliest, which already adds every gap of its chain), plus the
+    continuum policy's longest pin, which holds blocks for that long after the last finish."""
     last = max((r.arrival_step for r in workload.requests), default=0)
     work = sum(r.prompt_len + r.max_tokens for r in workload.requests)
-    return last + 2 * work + 1000
+    continuum = workload.config.continuum
+    pins = 0 if continuum is None else 2 * int(
+        max(continuum.ttl_ms, continuum.threshold_ms) // continuum.step_ms)
+    return last + 2 * work + 1000 + pins
 
 
 class Driver:
@@ -71,6 +77,7 @@ class Driver:
         self.max_steps = default_max_steps(workload) if max_steps is None else max_steps
         self.runner = FakeRunner(workload, workload.config.async_scheduling)
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
+        self.arrivals = Arrivals(workload)
         self._tables: dict[str, BlockIds] = {}
         self._last_tables: dict[str, BlockIds] = {}
         self._hash_lengths: dict[str, int] = {}  # block hashes already recorded, per request
@@ -82,7 +89,7 @@ class Driver:
                        self.system.state())
 
     def steps(self) -> Iterator[Step]:
-        arrivals = deque(self.workload.requests)
+        arrivals = self.arrivals
         aborts = deque(self.workload.aborts)
         step = 0
         while arrivals or self.system.has_requests() or self._queue:
@@ -90,8 +97,8 @@ class Driver:
                 raise self._stalled(step - 1, "step-cap", f"workload {self.workload.name!r} "
                                     f"still running after {self.max_steps} steps")
             aborting = bool(aborts and aborts[0].step <= step)
-            while arrivals and arrivals[0].arrival_step <= step:
-                self.system.add_request(arrivals.popleft(), float(step))
+            for request in arrivals.due(step):
+                self.system.add_request(request, float(step))
             aborted: list[str] = []
             while aborts and aborts[0].step <= step:
                 request_id = aborts.popleft().request_id
@@ -167,6 +174,9 @@ class Driver:
         after = self.system.state()
         events = self.system.take_events()
         update = None if applied is None else applied[1]
+        self.arrivals.observe(step, () if update is None else (
+            (o.req_id, o.new_token_ids, o.finish_reason is not None) for o in update.outputs),
+            aborted)
         s = scheduled
         tables = self._tables if s is not None else {}
         self._tables = {}

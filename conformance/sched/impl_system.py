@@ -66,6 +66,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         hash_block_size=config.hash_block_size,
         enable_kv_cache_events=True,  # events are compared, as upstream's are published
         behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
+        continuum=continuum_settings(config),
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -73,6 +74,18 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
     return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
                          none_hash=none_hash,
                          log_stats=True)
+
+
+def continuum_settings(config: EngineConfig) -> Any:
+    """The twin's continuum settings (None: the policy is not continuum)."""
+    from impl.sched.continuum.settings import ContinuumSettings
+
+    c = config.continuum
+    if config.policy != "continuum":
+        return None
+    if c is None:
+        return ContinuumSettings()
+    return ContinuumSettings(c.ttl_ms, c.estimator, c.threshold_ms, c.step_ms)
 
 
 def impl_factory(release: str | None) -> Callable[[EngineConfig], ImplSystem]:
@@ -109,6 +122,7 @@ class ImplSystem:
             ignore_eos=request.ignore_eos, priority=request.priority, arrival_time=arrival_time,
             cache_salt=request.cache_salt, lora_name=lora,
             lora_path=f"/loras/{lora}" if lora else None, block_hasher=self._hasher,
+            job_id=request.job_id, is_last_step=request.is_last_step,
         ))
 
     def abort(self, request_id: str) -> bool:
@@ -118,7 +132,7 @@ class ImplSystem:
 
     def has_requests(self) -> bool:
         s = self.scheduler
-        return bool(s.has_unfinished_requests() or s.has_finished_requests())
+        return bool(s.has_unfinished_requests() or s.has_finished_requests() or s.has_pins())
 
     def schedule(self) -> Scheduled:
         out = self.scheduler.schedule()
@@ -189,6 +203,8 @@ class ImplSystem:
             blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
             free_head=tuple(b.block_id for b in islice(pool.free_block_queue, FREE_HEAD)),
             cached_ids=cached,
+            pinned=() if s.continuum is None else tuple(
+                p.request.request_id for p in s.continuum.pins),
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:

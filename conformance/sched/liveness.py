@@ -123,6 +123,9 @@ class LivenessMonitor:
         if self.idle_steps < self.patience or aborts_pending:
             return None
         now = state()
+        if now.pinned or not (now.waiting or now.running):
+            self.idle_steps = 0  # waiting on a timer: held KV pins expire on their own
+            return None
         if now.waiting and not now.running:
             return "never-admitted", self._admission_detail(now)
         return "no-progress", (f"no token scheduled for {self.idle_steps} steps with "

@@ -193,6 +193,9 @@ class SystemState:
     blocks: BlockCounts
     free_head: tuple[int, ...] | None = None
     cached_ids: tuple[int, ...] | None = None
+    pinned: tuple[str, ...] = ()
+    """Finished requests whose KV blocks a policy keeps (continuum pins), for liveness: a
+    run that only waits for pins to expire is waiting on a timer, not stalled."""
 
 
 @runtime_checkable

@@ -52,6 +52,11 @@ def build_vllm_config(config: EngineConfig) -> Any:
         VllmConfig,
     )
 
+    if config.policy == "continuum":
+        from conformance.errors import UserError
+
+        raise UserError("policy 'continuum': upstream vLLM has no such policy; compare the "
+                        "twin with the fork (--against continuum-fork) or set policy fcfs")
     scheduler_config = SchedulerConfig(
         max_model_len=config.max_model_len,
         is_encoder_decoder=False,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
 from impl.core.specs import KVCacheConfig, MambaSpec
+from impl.sched.continuum.settings import ContinuumSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +16,7 @@ class SchedulerConfig:
     max_model_len: int
     long_prefill_token_threshold: int = 0  # 0: no cap on one request's chunk
     enable_chunked_prefill: bool = True
-    policy: str = "fcfs"  # fcfs | priority
+    policy: str = "fcfs"  # fcfs | priority | continuum
     num_spec_tokens: int = 0  # 0: no speculative decoding
     num_lookahead_tokens: int = 0  # KV slots past the scheduled tokens for a drafter (EAGLE)
     async_scheduling: bool = False
@@ -35,6 +36,8 @@ class SchedulerConfig:
     prefill_schedule_interval: int = 1
     # Which upstream release's behaviour to reproduce where releases differ (`impl.behaviour`).
     behaviour: Behaviour = DEFAULT_BEHAVIOUR
+    # KV pinning across agent tool calls (`impl.sched.continuum`); read under policy continuum.
+    continuum: ContinuumSettings | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
@@ -45,8 +48,11 @@ class SchedulerConfig:
                      "max_loras"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0 (got {getattr(self, name)})")
-        if self.policy not in ("fcfs", "priority"):
-            raise ValueError(f"policy: must be 'fcfs' or 'priority' (got {self.policy!r})")
+        if self.policy not in ("fcfs", "priority", "continuum"):
+            raise ValueError("policy: must be 'fcfs', 'priority' or 'continuum' "
+                             f"(got {self.policy!r})")
+        if self.policy == "continuum" and self.async_scheduling:
+            raise ValueError("policy: 'continuum' is not implemented with async scheduling")
 
     @property
     def max_in_flight_tokens(self) -> int:

@@ -11,6 +11,7 @@ they hold under `python -O` too.
 | `waiting`/`skipped_...` | WAITING, WAITING_FOR_REMOTE_KVS | none          | 0                   |
 |                         | PREEMPTED                       | none          | 0                   |
 | nowhere (finished)      | not in `requests` any more      | none          |                     |
+| pinned (continuum)      | finished, still in `requests`   | its own       | one pin per job     |
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
     _place(places, scheduler.running, "running")
     _place(places, scheduler.waiting, "waiting")
     _place(places, scheduler.skipped_waiting, "skipped_waiting")
-    known = set(scheduler.requests)
+    pinned = _check_pins(scheduler, places)
+    known = set(scheduler.requests) - pinned
     if set(places) != known:
         lost = sorted(known - set(places))
         stray = sorted(set(places) - known)
@@ -63,6 +65,32 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
         if any(manager.get_block_ids(request.request_id)):
             raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
     manager.check_integrity()
+
+
+def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]:
+    """Pins (continuum) are finished requests kept in `requests` with their blocks, in no
+    queue, at most one per job, none past its expiry (the step's start released those)."""
+    policy = scheduler.continuum
+    if policy is None:
+        return set()
+    pinned: set[str] = set()
+    jobs: set[str | None] = set()
+    for pin in policy.pins:
+        request = pin.request
+        rid = request.request_id
+        if rid in places or scheduler.requests.get(rid) is not request:
+            raise IntegrityError(f"scheduler: pinned {rid} is queued in {places.get(rid)} or "
+                                 "missing from requests")
+        if not request.is_finished() or request.job_id in jobs or request.is_last_step:
+            raise IntegrityError(f"scheduler: pin of {rid} (job {request.job_id}, "
+                                 f"{request.status.name}) is not one finished non-final turn "
+                                 "per job")
+        if pin.expires_ms <= policy.now_ms:
+            raise IntegrityError(f"scheduler: pin of {rid} expired at {pin.expires_ms} ms and "
+                                 f"was not released by {policy.now_ms} ms")
+        pinned.add(rid)
+        jobs.add(request.job_id)
+    return pinned
 
 
 def _place(places: dict[str, str], queue: Iterable[Request], name: str) -> None:

@@ -41,7 +41,7 @@ class Request:
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
-        "num_inflight_tokens",
+        "num_inflight_tokens", "job_id", "is_last_step",
         "_hasher",
     )
 
@@ -61,6 +61,8 @@ class Request:
         lora_path: str | None = None,
         skip_reading_prefix_cache: bool = False,
         block_hasher: RequestBlockHasher | None = None,
+        job_id: str | None = None,
+        is_last_step: bool = True,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -88,6 +90,10 @@ class Request:
         # Tokens scheduled in steps whose output has not been applied (async scheduling): their
         # KV is being written, so blocks they attend to must not be freed yet.
         self.num_inflight_tokens = 0
+        # Agent jobs (the continuum policy): the turns of one job share `job_id`; a turn a tool
+        # call follows has `is_last_step` False and may keep its KV blocks pinned.
+        self.job_id = job_id
+        self.is_last_step = is_last_step
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:

@@ -105,4 +105,8 @@ def create_request_queue(policy: str) -> FCFSRequestQueue | PriorityRequestQueue
         return PriorityRequestQueue()
     if policy == "fcfs":
         return FCFSRequestQueue()
+    if policy == "continuum":  # FCFS with warm jobs first (imported here: it builds on FCFS)
+        from impl.sched.continuum.queue import ContinuumRequestQueue
+
+        return ContinuumRequestQueue()
     raise ValueError(f"policy: unknown scheduling policy {policy!r}")

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
+from impl.sched.admission_rules import AdmissionRules
 from impl.sched.config import SchedulerConfig, check_mamba_caching
+from impl.sched.continuum import trace_points
+from impl.sched.continuum.policy import ContinuumPolicy
+from impl.sched.continuum.settings import ContinuumSettings
+from impl.sched.continuum.tracer import Tracer
 from impl.sched.make_output import make_output
 from impl.sched.output import (
     PLACEHOLDER_DRAFT,
@@ -29,7 +34,7 @@ from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates):
+class Scheduler(SchedulerUpdates, AdmissionRules):
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:
         self.scheduler_config = scheduler_config
@@ -37,8 +42,8 @@ class Scheduler(SchedulerUpdates):
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
         self.max_model_len = scheduler_config.max_model_len
         self.policy = scheduler_config.policy
-        self.none_hash = none_hash
-        self.log_stats = log_stats
+        # `none_hash` seeds the requests' block hashers (built by the caller) and `log_stats`
+        # the KV-cache manager's stats below; the scheduler keeps neither.
         self.behaviour = scheduler_config.behaviour
         check_mamba_caching(scheduler_config, kv_cache_config)
         self.kv_cache_manager = KVCacheManager(
@@ -62,11 +67,20 @@ class Scheduler(SchedulerUpdates):
         self.deferred_waiting: set[str] = set()
         self.cadence = PrefillCadence(scheduler_config.prefill_schedule_interval
                                       if self.behaviour.local_prefill_interval else 1)
+        # Policy extension points (None under fcfs / priority: their paths stay upstream's).
+        self.continuum = ContinuumPolicy(scheduler_config.continuum or ContinuumSettings(),
+                                         self.kv_cache_manager, self.requests) \
+            if self.policy == "continuum" else None
+        self.tracer: Tracer | None = None  # seed 002's per-step trace, when attached
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         """One step, in phases: running requests first (they hold blocks; one that cannot get
         blocks preempts another), then, only in a step that preempted nothing, waiting ones."""
+        if self.continuum is not None:  # pins expire before anything is allocated
+            self.continuum.start_step(self.waiting)  # type: ignore[arg-type]
+        if self.tracer is not None:
+            trace_points.snapshot(self, self.tracer)
         self.kv_cache_manager.new_step_starts()
         plan = StepPlan(self.max_num_scheduled_tokens)
         hold_prefill = self.cadence.holds_prefill(self.running)
@@ -74,13 +88,14 @@ class Scheduler(SchedulerUpdates):
         if not plan.preempted:
             self._admit_waiting(plan, hold_prefill)
             if not hold_prefill:
-                self.cadence.admission_done(len(self.waiting) + len(self.skipped_waiting)
-                                            - len(self.deferred_waiting))
+                self.cadence.admission_done(len(self.waiting) - len(self.deferred_waiting))
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
         self.cadence.step_done(output.total_num_scheduled_tokens,
                                plan.prefill_scheduled or plan.prefill_admitted)
         self._update_after_schedule(output)
+        if self.tracer is not None:
+            trace_points.decision(self.tracer, output)
         return output
 
     def _running_chunk(self, request: Request, threshold: int, token_budget: int) -> int:
@@ -124,7 +139,7 @@ class Scheduler(SchedulerUpdates):
             blocks = kv.allocate_slots(request, num_new,
                                        num_lookahead_tokens=self.num_lookahead_tokens)
             while blocks is None:
-                victim_index = self._victim_index()
+                victim_index = self._victim_index(index)
                 victim = running.pop(victim_index)
                 if victim_index < index:
                     index -= 1
@@ -194,6 +209,8 @@ class Scheduler(SchedulerUpdates):
             if request.num_computed_tokens == 0:
                 hits, num_hit = kv.get_computed_blocks(request)
                 num_computed = num_hit
+                if self.tracer is not None:
+                    trace_points.prefix_cache_event(self.tracer, request, num_hit)
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
             if hold_prefill and num_computed < request.num_tokens - 1:
@@ -237,34 +254,9 @@ class Scheduler(SchedulerUpdates):
         for request in reversed(skipped):  # back to the front, in their order
             self.waiting.prepend_request(request)
 
-    def _loras_in_use(self, plan: StepPlan) -> set[str] | None:
-        """The adapters admission must stay within (`max_loras`; None: no limit). 0.32 counts
-        the adapters of running requests scheduled in this step, 0.33 those of every running
-        request, since one not scheduled now can join a later batch."""
-        if not self.scheduler_config.max_loras:
-            return None
-        source = (self.running if self.behaviour.lora_limit_counts_running
-                  else plan.scheduled_running)
-        return {r.lora_name for r in source if r.lora_name is not None}
-
-    def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
-        """Placeholder drafts for an admitted request that needs just its last token (a resumed
-        decode, or a prompt whose all but one token hit the cache): padded to 1 + k tokens it
-        looks like every other decode of a spec-decode batch, which keeps the batch uniform
-        (upstream does this to stay on its full CUDA graph). All or nothing: padding applies
-        only when the padded positions plus the token sampled after them fit `max_model_len`.
-
-        The caller checks the step-level conditions: no running request in this step is still
-        prefilling, and the step already scheduled a running request or this one has computed
-        tokens (a bare 1-token prompt alone is a prefill, not a decode)."""
-        k = self.num_spec_tokens
-        if not k or num_new != 1:
-            return 0
-        return k if num_computed + 1 + k + 1 <= self.max_model_len else 0
-
     def _select_waiting_queue(self) -> FCFSRequestQueue | PriorityRequestQueue:
         """FCFS drains requests skipped earlier first; priority compares the two heads."""
-        if self.policy == "fcfs":
+        if self.policy != "priority":
             return self.skipped_waiting or self.waiting
         if self.waiting and self.skipped_waiting:
             a, b = self.waiting.peek_request(), self.skipped_waiting.peek_request()
@@ -273,11 +265,14 @@ class Scheduler(SchedulerUpdates):
             return self.skipped_waiting
         return self.waiting or self.skipped_waiting
 
-    def _victim_index(self) -> int:
+    def _victim_index(self, index: int) -> int:
         """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:
         the least important (highest value, then latest arrival), wherever it is: possibly
-        before the request being scheduled, scheduled already, or skipped this step."""
+        before the request being scheduled, scheduled already, or skipped this step.
+        Continuum: the last from `index` on whose job holds no pin (`ContinuumPolicy`)."""
         running = self.running
+        if self.continuum is not None:
+            return self.continuum.victim_index(running, index)
         if self.policy == "priority":
             return max(range(len(running)),
                        key=lambda i: (running[i].priority, running[i].arrival_time))

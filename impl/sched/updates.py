@@ -14,6 +14,7 @@ from impl.sched.request import Request, RequestStatus
 from impl.sched.stop import check_stop
 
 if TYPE_CHECKING:
+    from impl.sched.continuum.policy import ContinuumPolicy
     from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 
 
@@ -38,12 +39,15 @@ class SchedulerUpdates:
     num_spec_tokens: int
     behaviour: Behaviour
     deferred_waiting: set[str]
+    continuum: ContinuumPolicy | None
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r}: id already in use")
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
+        if self.continuum is not None:
+            self.continuum.request_arrives(request)
 
     def update_from_output(self, scheduler_output: SchedulerOutput,
                            model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
@@ -147,6 +151,8 @@ class SchedulerUpdates:
         assert request.is_finished()
         self.finished_req_ids.add(request.request_id)
         self.deferred_waiting.discard(request.request_id)
+        if self.continuum is not None and self.continuum.on_finish(request):
+            return  # pinned: its blocks stay for the job's next turn (`ContinuumPolicy`)
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
 
@@ -166,6 +172,10 @@ class SchedulerUpdates:
 
     def has_finished_requests(self) -> bool:
         return len(self.finished_req_ids) > 0
+
+    def has_pins(self) -> bool:
+        """KV pins still held (continuum): the engine keeps stepping until they expire."""
+        return self.continuum is not None and bool(self.continuum.pins)
 
     def reset_prefix_cache(self) -> bool:
         return self.kv_cache_manager.reset_prefix_cache()

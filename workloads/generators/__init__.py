@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from conformance.errors import UserError
 from workloads.generators import (
+    agentic,
     bursty,
     decode_heavy,
     hybrid,
@@ -54,6 +55,7 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             ),
             Family(sessions.AGENT_FAMILY, sessions.AGENT_SUMMARY, sessions.agents),
             Family(bursty.FAMILY, bursty.SUMMARY, bursty.generate),
+            Family(agentic.FAMILY, agentic.SUMMARY, agentic.generate),
         )
     }
 )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from workloads.model import (
     DEFAULT_VOCAB_SIZE,
     AbortSpec,
+    AfterSpec,
     EngineConfig,
     PlanSpec,
     PromptSpec,
@@ -73,8 +74,12 @@ class WorkloadBuilder:
         ignore_eos: bool = False,
         priority: int = 0,
         cache_salt: str | None = None,
+        job_id: str | None = None,
+        is_last_step: bool = True,
+        after: AfterSpec | None = None,
     ) -> RequestSpec:
-        """Add a request whose prompt is `segments` followed by `filler` unique tokens."""
+        """Add a request whose prompt is `segments` followed by `filler` unique tokens (with
+        `after`: the new tokens its predecessor's prompt and output are followed by)."""
         if self._tokens is None:
             self._tokens = TokenSource(self.vocab_size, self.token_seed)
         spec = PromptSpec(sum(s.length for s in segments) + filler, tuple(segments))
@@ -90,6 +95,9 @@ class WorkloadBuilder:
             priority=priority,
             cache_salt=cache_salt,
             prompt_spec=spec,
+            job_id=job_id,
+            is_last_step=is_last_step,
+            after=after,
         )
         self._requests.append(request)
         return request

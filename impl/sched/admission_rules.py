@@ -1,0 +1,50 @@
+"""Two admission rules of `Scheduler`, kept apart so the scheduler reads as its phases.
+
+`_loras_in_use` is the `max_loras` limit admission stays within; `_uniform_decode_padding`
+pads an admitted decode to the spec-decode batch's uniform width. Both are methods of the
+scheduler (a mixin), reading its settings.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from impl.behaviour import Behaviour
+from impl.sched.config import SchedulerConfig
+from impl.sched.request import Request
+
+if TYPE_CHECKING:
+    from impl.sched.step_plan import StepPlan
+
+
+class AdmissionRules:
+    scheduler_config: SchedulerConfig
+    running: list[Request]
+    behaviour: Behaviour
+    num_spec_tokens: int
+    max_model_len: int
+
+    def _loras_in_use(self, plan: StepPlan) -> set[str] | None:
+        """The adapters admission must stay within (`max_loras`; None: no limit). 0.32 counts
+        the adapters of running requests scheduled in this step, 0.33 those of every running
+        request, since one not scheduled now can join a later batch."""
+        if not self.scheduler_config.max_loras:
+            return None
+        source = (self.running if self.behaviour.lora_limit_counts_running
+                  else plan.scheduled_running)
+        return {r.lora_name for r in source if r.lora_name is not None}
+
+    def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
+        """Placeholder drafts for an admitted request that needs just its last token (a resumed
+        decode, or a prompt whose all but one token hit the cache): padded to 1 + k tokens it
+        looks like every other decode of a spec-decode batch, which keeps the batch uniform
+        (upstream does this to stay on its full CUDA graph). All or nothing: padding applies
+        only when the padded positions plus the token sampled after them fit `max_model_len`.
+
+        The caller checks the step-level conditions: no running request in this step is still
+        prefilling, and the step already scheduled a running request or this one has computed
+        tokens (a bare 1-token prompt alone is a prefill, not a decode)."""
+        k = self.num_spec_tokens
+        if not k or num_new != 1:
+            return 0
+        return k if num_computed + 1 + k + 1 <= self.max_model_len else 0
