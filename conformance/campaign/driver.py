@@ -34,7 +34,7 @@ from conformance.campaign.cluster import MAX_RETRIES, start_ray, start_workers
 from conformance.campaign.shrink import Budget
 from conformance.campaign.store import FailureClass, Store
 from conformance.campaign.task import CRASHED, Task, TaskResult, crashed, one_line
-from conformance.campaign.worker import ShrinkResult
+from conformance.campaign.worker import ShrinkResult, code_digest
 from conformance.rundirs import new_run_dir
 
 OnResult = Callable[[TaskResult], None]
@@ -114,7 +114,7 @@ def run_campaign(plan: Plan, on_result: OnResult | None = None) -> RunSummary:
     run_dir = new_run_dir(plan.out, "campaign")
     started, clock = datetime.now(UTC), time.monotonic()
     store.start_run(run_dir.name, started.isoformat(timespec="seconds"), plan.systems_key,
-                    ",".join(plan.families), plan.address)
+                    ",".join(plan.families), plan.address, code_digest())
     tally, status, startup, owns = Tally(), "finished", 0.0, False
     actors: list[Any] = []
     try:

@@ -31,6 +31,9 @@ HYPOTHESIS = "hypothesis"
 SCALES = (0.25, 0.5, 0.5, 1.0)
 """Generated workloads stay small: many short workloads find more than a few long ones."""
 HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+BASIC_POLICIES = ("fcfs", "priority")
+"""Policies every scheduler option combines with; a family with another keeps its config's
+policy and scheduling mode as written."""
 
 
 def family_names() -> tuple[str, ...]:
@@ -72,11 +75,13 @@ def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig,
     """Perturb a family's config within what upstream and the workload format accept.
 
     Rules kept, each one a way a draw could otherwise break the run rather than test it:
-    the budget never below `max_num_seqs`; chunked prefill off only with a budget of at least
-    `max_model_len`; with spec decode no long-prefill threshold below ``1 + num_spec_tokens``
-    (vLLM 0.32 asserts when a padded decode is cut by it, `strategies.engine_configs`); the
-    pool still holds a full-length request in every KV-cache group plus a block, or admission
-    would wait forever on both sides alike."""
+    a policy other than FCFS or priority (continuum, which refuses async scheduling) and its
+    scheduling mode stay as the family wrote them; the budget never below `max_num_seqs`;
+    chunked prefill off only with a budget of at least `max_model_len`; with spec decode no
+    long-prefill threshold below ``1 + num_spec_tokens`` (vLLM 0.32 asserts when a padded
+    decode is cut by it, `strategies.engine_configs`); the pool still holds a full-length
+    request in every KV-cache group plus a block, or admission would wait forever on both
+    sides alike."""
     changes: dict[str, Any] = {}
 
     def maybe(name: str, odds: float, value: Any) -> None:
@@ -85,8 +90,10 @@ def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig,
 
     maybe("enable_prefix_caching", 0.2, False)
     maybe("hash_algo", 0.5, rng.choice(HASH_ALGOS))
-    maybe("async_scheduling", 0.3, not config.async_scheduling)
-    maybe("policy", 0.2, "priority")
+    basic = config.policy in BASIC_POLICIES  # (every draw is made either way: same stream)
+    maybe("async_scheduling", 0.3, not config.async_scheduling if basic else
+          config.async_scheduling)
+    maybe("policy", 0.2, "priority" if basic else config.policy)
     seats = rng.choice((1, 2, 4, config.max_num_seqs))
     maybe("max_num_seqs", 0.3, seats)
     seats = changes.get("max_num_seqs", config.max_num_seqs)

@@ -96,7 +96,8 @@ def render(store: Store, run_id: str | None = None, regressions_href: str = "reg
                 e(c["first_seed"]), e(c["detail"]), _regression(c, regressions_href)]
                for c in store.rows(CLASSES)]
     run_rows = [[("<b>" if r["run_id"] == run_id else "") + f"<code>{e(r['run_id'])}</code>",
-                 e(r["status"]), e(r["address"] or "local"), e(r["workers"]), e(r["tasks"]),
+                 e(r["status"]), f"<code>{e(r['code'])}</code>", e(r["address"] or "local"),
+                 e(r["workers"]), e(r["tasks"]),
                  e(r["failing"]), e(r["seconds"]), e(r["startup_seconds"]),
                  f"<b>{e(r['throughput'])}</b>"] for r in runs(store)]
     total = next(store.rows("SELECT COUNT(DISTINCT systems || '|' || family || '|' || seed) AS n, "
@@ -113,8 +114,10 @@ died on every retry; each class (pair, family, signature) is shrunk once.</p>
                                  "example", "regression"), classes) if classes else
                          '<p class="ok">none</p>'}
 <h2>Runs and throughput</h2>
-<p>Throughput: workloads per minute per core (worker), start-up (Ray, systems) excluded.</p>
-{_table(("run", "status", "where", "workers", "workloads", "failing", "seconds",
+<p>Throughput: workloads per minute per core (worker), start-up (Ray, systems) excluded.
+Code: the digest of the harness a run used (sources, Python, Hypothesis), which decides what
+each (family, seed) workload is.</p>
+{_table(("run", "status", "code", "where", "workers", "workloads", "failing", "seconds",
          "start-up s", "workloads/min/core"), run_rows)}
 </body></html>
 """

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS regressions (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, started TEXT, finished TEXT, systems TEXT, families TEXT,
     address TEXT, workers INTEGER, tasks INTEGER, seconds REAL, startup_seconds REAL,
-    status TEXT);
+    status TEXT, code TEXT);
 """
 
 
@@ -144,12 +144,14 @@ class Store:
                  seconds, detail, run_id))
 
     def start_run(self, run_id: str, started: str, systems: str, families: str,
-                  address: str | None) -> None:
+                  address: str | None, code: str) -> None:
+        """A run begins. `code` is the harness digest (`worker.code_digest`): a key's workload
+        is what that code generates, so runs of other code say so in the report."""
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute("INSERT OR REPLACE INTO runs (run_id, started, systems, families, "
-                            "address, status) VALUES (?,?,?,?,?,?)",
-                            (run_id, started, systems, families, address, "running"))
+                            "address, status, code) VALUES (?,?,?,?,?,?,?)",
+                            (run_id, started, systems, families, address, "running", code))
 
     def finish_run(self, run_id: str, **fields: Any) -> None:
         names = sorted(fields)

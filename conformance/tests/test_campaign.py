@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,16 @@ def test_config_draws_vary_the_config_and_keep_upstreams_rules() -> None:
         if not config.enable_chunked_prefill:
             assert config.max_num_batched_tokens >= config.max_model_len
     assert {"hash_algo", "async_scheduling", "num_blocks", "enable_chunked_prefill"} <= seen
+
+
+def test_a_familys_own_policy_keeps_its_scheduling_mode() -> None:
+    """Continuum refuses async scheduling and is the agentic family's point: a draw changes
+    neither (it would only make both systems refuse the config)."""
+    base = replace(workload_for("decode-heavy", 0)[0].config, policy="continuum",
+                   async_scheduling=False)
+    for seed in range(100):
+        config, changes = draw_config(base, random.Random(seed))
+        assert (config.policy, config.async_scheduling) == ("continuum", False), changes
 
 
 @pytest.mark.parametrize("bad", ["3", "5:2", "-1:4", "a:b"])
@@ -127,7 +138,7 @@ def _result(family: str, seed: int, outcome: str, signature: str = "") -> TaskRe
 
 def test_store_resume_keys_failure_classes_and_merge(tmp_path: Path) -> None:
     a = Store.of(tmp_path / "a")
-    a.start_run("r1", "2026-01-01T00:00:00", "impl,upstream", "bursty", None)
+    a.start_run("r1", "2026-01-01T00:00:00", "impl,upstream", "bursty", None, "c0de")
     a.add_result(_result("bursty", 0, "passed"), "r1")
     a.add_result(_result("bursty", 1, "diverged", "exact:events"), "r1")
     a.add_result(_result("bursty", 2, "diverged", "exact:events"), "r1")
