@@ -31,6 +31,7 @@ class Arrivals:
         self._followers: dict[str, list[RequestSpec]] = {}
         self._prompts: dict[str, tuple[int, ...]] = {}  # whole prompts of predecessors
         self._outputs: dict[str, list[int]] = {}  # their output tokens so far
+        self.arrived: dict[str, int] = {}  # request id -> the step it was added at
         for request in workload.requests:
             if request.after is None:
                 self._push(request.arrival_step, request)
@@ -48,6 +49,7 @@ class Arrivals:
         """The requests arriving at `step` (or before), in arrival order."""
         while self._heap and self._heap[0][0] <= step:
             request = heapq.heappop(self._heap)[2]
+            self.arrived[request.request_id] = step
             if request.request_id in self._followers:
                 self._prompts[request.request_id] = request.prompt_token_ids
                 self._outputs[request.request_id] = []

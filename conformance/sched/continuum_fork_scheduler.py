@@ -193,15 +193,16 @@ class ContinuumForkScheduler(Scheduler):  # type: ignore[misc]
     def _snapshot(self) -> StepSnapshot:
         pool = self.kv_cache_manager.block_pool
         manager = self.kv_cache_manager
-        pinned_blocks = sum(len(ids) for r, _ in self.pinned_requests
-                            for ids in manager.get_block_ids(r.request_id))
+        tables = [manager.get_block_ids(r.request_id) for r, _ in self.pinned_requests]
+        pinned_blocks = sum(len(ids) for table in tables for ids in table)
+        unique = len({(g, b) for table in tables for g, ids in enumerate(table) for b in ids})
         return StepSnapshot(
             self._sched_step_counter, len(self.running),
             len(self.waiting) + len(self.kv_holding_waiting), pool.get_num_free_blocks(),
             pool.num_gpu_blocks, sum(1 for b in pool.blocks if b._block_hash is not None),
             None, None, None, len(self.pinned_requests), pinned_blocks,
             tuple(r.job_id for r, _ in self.pinned_requests if r.job_id),
-            self.max_num_running_reqs, self.max_num_scheduled_tokens)
+            self.max_num_running_reqs, self.max_num_scheduled_tokens, unique)
 
     def _decision(self, output: Any) -> StepDecision:
         cached = output.scheduled_cached_reqs

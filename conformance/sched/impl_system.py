@@ -125,6 +125,10 @@ class ImplSystem:
             job_id=request.job_id, is_last_step=request.is_last_step,
         ))
 
+    def attach_tracer(self, tracer: Any) -> None:
+        """Record seed 002's per-step trace (`impl.sched.continuum.tracer`) into `tracer`."""
+        self.scheduler.tracer = tracer
+
     def abort(self, request_id: str) -> bool:
         from impl.sched.request import RequestStatus
 

@@ -87,6 +87,25 @@ def test_pins_never_leak(factory: object) -> None:
     assert not system.has_requests()
 
 
+def test_twin_and_fork_write_the_same_trace() -> None:
+    """Seed 002's records (snapshot, prefix-cache events, decision) from both, step by step."""
+    from impl.sched.continuum.tracer import StepSnapshot, Tracer
+
+    workload = agentic(0, 200, "learned")
+    traces = []
+    for factory in (IMPL, FORK):
+        system = factory(workload.config)
+        tracer = Tracer()
+        system.attach_tracer(tracer)  # type: ignore[attr-defined]
+        for _ in Driver(system, workload).steps():
+            pass
+        traces.append(tracer.records)
+    assert traces[0] == traces[1]
+    snapshots = [r for r in traces[0] if isinstance(r, StepSnapshot)]
+    assert max(s.pinned_unique_blocks for s in snapshots) > 100
+    assert all(s.pinned_unique_blocks <= s.pinned_blocks for s in snapshots)
+
+
 def test_a_wrong_victim_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: the twin preempts the tail like FCFS; the lockstep must see it."""
     from impl.sched.continuum.policy import ContinuumPolicy

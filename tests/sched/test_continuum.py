@@ -150,4 +150,5 @@ def test_the_tracer_records_snapshot_lookup_and_decision() -> None:
     snap = records[5]
     assert isinstance(snap, StepSnapshot)
     assert (snap.step, snap.free_blocks, snap.num_pinned, snap.pinned_blocks,
-            snap.pinned_job_ids, snap.gpu_cached_blocks) == (2, 7, 1, 3, ("j",), 2)
+            snap.pinned_unique_blocks, snap.pinned_job_ids, snap.gpu_cached_blocks) == (
+        2, 7, 1, 3, 3, ("j",), 2)

@@ -64,6 +64,11 @@ class ContinuumPolicy:
         return sum(len(ids) for p in self.pins
                    for ids in manager.get_block_ids(p.request.request_id))
 
+    def pinned_unique_blocks(self) -> int:
+        manager = self.kv_cache_manager
+        return len({(group, block) for p in self.pins for group, ids in
+                    enumerate(manager.get_block_ids(p.request.request_id)) for block in ids})
+
     def request_arrives(self, request: Request) -> None:
         arrival = int(request.arrival_time)
         self._next_step = max(self._next_step, arrival)

@@ -32,7 +32,8 @@ def snapshot(scheduler: Scheduler, tracer: Tracer) -> None:
         num_pinned=len(pins), pinned_blocks=0 if policy is None else policy.pinned_blocks(),
         pinned_job_ids=tuple(p.request.job_id for p in pins if p.request.job_id),
         max_num_running_reqs=scheduler.max_num_running_reqs,
-        max_num_scheduled_tokens=scheduler.max_num_scheduled_tokens))
+        max_num_scheduled_tokens=scheduler.max_num_scheduled_tokens,
+        pinned_unique_blocks=0 if policy is None else policy.pinned_unique_blocks()))
 
 
 def prefix_cache_event(tracer: Tracer, request: Request, local_hit_tokens: int) -> None:

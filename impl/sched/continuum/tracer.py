@@ -30,10 +30,11 @@ class StepSnapshot:
     cpu_total_blocks: int | None
     cpu_cached_blocks: int | None
     num_pinned: int
-    pinned_blocks: int
+    pinned_blocks: int  # summed over pins, as the seed counts (a shared prefix counts per pin)
     pinned_job_ids: tuple[str, ...]
     max_num_running_reqs: int
     max_num_scheduled_tokens: int
+    pinned_unique_blocks: int = 0  # distinct blocks some pin holds (what pins take from the pool)
     kind: str = "step_snapshot"
 
 
