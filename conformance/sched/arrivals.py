@@ -32,8 +32,11 @@ class Arrivals:
         self._prompts: dict[str, tuple[int, ...]] = {}  # whole prompts of predecessors
         self._outputs: dict[str, list[int]] = {}  # their output tokens so far
         self.arrived: dict[str, int] = {}  # request id -> the step it was added at
+        known = {r.request_id for r in workload.requests}
         for request in workload.requests:
-            if request.after is None:
+            if request.after is None or request.after.request_id not in known:
+                # A follower whose predecessor is gone (a shrunk workload) arrives on its own,
+                # at its earliest step, rather than wait for a finish that never comes.
                 self._push(request.arrival_step, request)
             else:
                 self._followers.setdefault(request.after.request_id, []).append(request)

@@ -152,3 +152,22 @@ def test_the_tracer_records_snapshot_lookup_and_decision() -> None:
     assert (snap.step, snap.free_blocks, snap.num_pinned, snap.pinned_blocks,
             snap.pinned_unique_blocks, snap.pinned_job_ids, snap.gpu_cached_blocks) == (
         2, 7, 1, 3, 3, ("j",), 2)
+
+
+def test_closed_loop_arrivals_follow_the_finish_and_extend_the_prompt() -> None:
+    from conformance.sched.arrivals import Arrivals
+    from workloads.model import AfterSpec, EngineConfig, RequestSpec, Workload
+
+    first = RequestSpec("a", 2, (5, 6, 7), 4, job_id="j", is_last_step=False)
+    second = RequestSpec("b", 2 + 1 + 2, (9,), 4, job_id="j", after=AfterSpec("a", 45.0))
+    orphan = RequestSpec("c", 7, (1,), 4, after=AfterSpec("gone", 0.0))
+    arrivals = Arrivals(Workload("w", "", EngineConfig(), (first, second, orphan),
+                                 step_ms=20.0))
+    assert [r.request_id for r in arrivals.due(2)] == ["a"]
+    arrivals.observe(3, [("a", (40, 41), False)], ())
+    arrivals.observe(4, [("a", (42,), True)], ())  # finished at step 4: b at 4 + 1 + 2
+    assert [r.request_id for r in arrivals.due(6)] == []
+    due = list(arrivals.due(7))
+    assert [(r.request_id, r.arrival_step, r.prompt_token_ids) for r in due] == [
+        ("c", 7, (1,)), ("b", 7, (5, 6, 7, 40, 41, 42, 9))]
+    assert arrivals.arrived == {"a": 2, "c": 7, "b": 7} and not arrivals
