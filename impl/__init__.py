@@ -2,3 +2,7 @@
 
 Our own code, written from vLLM's documented and observed behaviour. It never imports vllm.
 """
+
+from impl.compiled import activate
+
+activate()  # VTWIN_COMPILED=1: load impl/core and impl/sched from the mypyc build (impl.compiled)

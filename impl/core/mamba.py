@@ -27,8 +27,9 @@ from impl.core.specs import KVCacheSpec, MambaSpec
 class MambaManager(SingleTypeKVCacheManager):
     scans_from_left = False
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool,
+                 kv_cache_group_id: int) -> None:
+        super().__init__(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)
         # Hashes (not block ids, see the module docstring) cached during the current step.
         self.cached_this_step: set[BlockHash] = set()
 
