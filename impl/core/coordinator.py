@@ -150,8 +150,10 @@ class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One group: its manager's own cache-hit search is the answer."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, kv_cache_config: KVCacheConfig, enable_caching: bool,
+                 hash_block_size: int, enable_kv_cache_events: bool) -> None:
+        super().__init__(kv_cache_config, enable_caching, hash_block_size,
+                         enable_kv_cache_events)
         block_size = self.managers[0].block_size
         if self.hash_block_size != block_size:
             raise ValueError(
@@ -175,8 +177,10 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several attention types; groups with an equal spec are looked up together."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, kv_cache_config: KVCacheConfig, enable_caching: bool,
+                 hash_block_size: int, enable_kv_cache_events: bool) -> None:
+        super().__init__(kv_cache_config, enable_caching, hash_block_size,
+                         enable_kv_cache_events)
         by_spec: dict[KVCacheSpec, list[int]] = {}
         for group_id, manager in enumerate(self.managers):
             by_spec.setdefault(manager.kv_cache_spec, []).append(group_id)
