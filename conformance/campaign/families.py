@@ -54,8 +54,26 @@ def parse_families(text: str) -> tuple[str, ...]:
     return chosen
 
 
-def workload_for(family: str, seed: int) -> tuple[Workload, dict[str, Any]]:
-    """The workload of (family, seed) and its draw (what the seed changed, for the store)."""
+FORK = "continuum-fork"
+"""The only reference that knows the continuum policy (upstream releases refuse it)."""
+
+
+def workload_for(family: str, seed: int,
+                 systems: tuple[str, ...] = ()) -> tuple[Workload, dict[str, Any]]:
+    """The workload of (family, seed) and its draw (what the seed changed, for the store).
+
+    A family written for the continuum policy (`agentic`) keeps it only when the campaign
+    compares against `continuum-fork`; against anything else it runs under FCFS, so its
+    closed-loop agent sessions still check the twin against upstream instead of being refused
+    by every release."""
+    workload, draw = _workload_for(family, seed)
+    if workload.config.policy == "continuum" and systems and FORK not in systems:
+        config = replace(workload.config, policy="fcfs", continuum=None)
+        return replace(workload, config=config), {**draw, "policy": "fcfs"}
+    return workload, draw
+
+
+def _workload_for(family: str, seed: int) -> tuple[Workload, dict[str, Any]]:
     if family == HYPOTHESIS:
         return _hypothesis_workload(seed), {}
     if family not in FAMILIES:

@@ -131,7 +131,7 @@ def run_task(task: Task, factories: Mapping[str, SystemFactory]) -> TaskResult:
     started = time.monotonic()
     host, pid = where()
     try:
-        workload, draw = workload_for(task.family, task.seed)
+        workload, draw = workload_for(task.family, task.seed, task.systems)
     except Exception as err:  # a generator bug is a finding too, not a lost task
         detail = one_line(f"generating the workload raised {type(err).__name__}: {err}")
         failed = tuple(Comparison(a, b, ERROR, None, "error:generate", None, detail)

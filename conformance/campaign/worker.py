@@ -194,7 +194,8 @@ class CampaignWorker:
             return got.failed and got.signature == failure.signature
 
         try:
-            workload, _ = workload_for(failure.family, failure.seed)
+            workload, _ = workload_for(failure.family, failure.seed,
+                                       tuple(failure.systems.split(",")))
             if not fails(workload):
                 return ShrinkResult(failure, None, len(workload.requests), 1,
                                     time.monotonic() - started,

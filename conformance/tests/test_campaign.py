@@ -199,3 +199,14 @@ def test_a_failed_environment_build_is_reported_not_repeated(
     assert builds == ["vllm==9.9.9"]
     assert errors == ["env 'vllm==9.9.9': stage 'vllm' failed (exit 1): no such release"] * 2
     ensure_env("impl")  # nothing to build for a system without an environment
+
+
+def test_agentic_runs_under_fcfs_unless_the_continuum_fork_is_compared() -> None:
+    """Upstream releases refuse the continuum policy: against them the agentic family's
+    closed-loop sessions run under FCFS; against continuum-fork they keep continuum."""
+    released, draw = workload_for("agentic", 0, ("impl", "vllm==0.32.0"))
+    assert (released.config.policy, released.config.continuum, draw["policy"]) == (
+        "fcfs", None, "fcfs")
+    forked, draw = workload_for("agentic", 0, ("impl", "continuum-fork"))
+    assert forked.config.policy == "continuum" and "policy" not in draw
+    assert forked.requests == released.requests
