@@ -36,9 +36,16 @@ class Behaviour:
 
     mamba_prefix_caching_requires_align: bool
     """0.33: prefix caching with a mamba group is refused unless the group's
-    `mamba_cache_mode` is 'align' (which the twin does not implement: it refuses the config
-    as upstream does). 0.32 caches mamba states at every block boundary. Seen on
-    `hybrid-mamba`: 0.33 raises when the scheduler is built."""
+    `mamba_cache_mode` is 'align' (the twin refuses the config as upstream does). 0.32 caches
+    mamba states at every block boundary. Seen on `hybrid-mamba-none`: 0.33 raises when the
+    scheduler is built."""
+
+    mamba_align_skips_keyed_boundary: bool
+    """0.33, mamba 'align': a cache call that lands on the prompt's last reusable boundary
+    leaves that state alone when it is already keyed there (a prefix hit, or cached in an
+    earlier step). 0.32 marks it cached *this step* again, so another request hitting it in
+    that step is refused until the next (`impl.core.mamba_align`). Seen on
+    `conformance/regressions/mamba-align-boundary-0.33.jsonl`."""
 
     local_prefill_interval: bool
     """0.33: `prefill_schedule_interval` > 1 holds prefill back in a single engine
@@ -61,6 +68,7 @@ BEHAVIOUR_0_32 = Behaviour(
     cache_verified_blocks_on_output=False,
     priority_self_preemption_continues=False,
     mamba_prefix_caching_requires_align=False,
+    mamba_align_skips_keyed_boundary=False,
     local_prefill_interval=False,
     lora_limit_counts_running=False,
 )
@@ -69,6 +77,7 @@ BEHAVIOUR_0_33 = Behaviour(
     cache_verified_blocks_on_output=True,
     priority_self_preemption_continues=True,
     mamba_prefix_caching_requires_align=True,
+    mamba_align_skips_keyed_boundary=True,
     local_prefill_interval=True,
     lora_limit_counts_running=True,
 )

@@ -78,8 +78,12 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
             f"{model.max_model_len} ({needed} blocks of {model.block_size})",
         )
+    modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}
+    if len(modes) > 1:
+        raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "
+                   f"has one per engine; got {sorted(modes)})")
     groups = tuple(
-        KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size)
+        KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size, g.mamba_cache_mode)
         for g in model.kv_cache_groups
     )
     return EngineConfig(

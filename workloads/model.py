@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
+MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
 Estimator = Literal["fixed", "learned"]
 HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
@@ -24,12 +25,16 @@ class KVCacheGroup:
     """One KV-cache group: the attention kind shared by a set of layers.
 
     Only the field that belongs to `type` is set (`sliding_window` for sliding windows,
-    `attention_chunk_size` for chunked local attention); the schema enforces that.
+    `attention_chunk_size` for chunked local attention, `mamba_cache_mode` for mamba); the
+    schema enforces that. `mamba_cache_mode` None is "none" (one state per request; with
+    prefix caching 0.32 caches a state at every block boundary); "align" caches states only
+    at block-aligned chunk ends, and the scheduler splits prefill chunks to end there.
     """
 
     type: KVCacheGroupType = "full"
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+    mamba_cache_mode: MambaCacheMode | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -37,6 +42,8 @@ class KVCacheGroup:
             out["sliding_window"] = self.sliding_window
         if self.attention_chunk_size is not None:
             out["attention_chunk_size"] = self.attention_chunk_size
+        if self.mamba_cache_mode is not None:
+            out["mamba_cache_mode"] = self.mamba_cache_mode
         return out
 
 

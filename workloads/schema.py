@@ -33,9 +33,12 @@ class KVCacheGroupModel(_Strict):
     type: Literal["full", "sliding_window", "chunked_local", "mamba"]
     sliding_window: PosInt | None = None
     attention_chunk_size: PosInt | None = None
+    mamba_cache_mode: Literal["none", "align"] | None = None
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> KVCacheGroupModel:
+        if self.mamba_cache_mode is not None and self.type != "mamba":
+            raise ValueError(f"a {self.type!r} group must not set 'mamba_cache_mode'")
         wants_window = self.type == "sliding_window"
         wants_chunk = self.type == "chunked_local"
         if wants_window != (self.sliding_window is not None):

@@ -8,17 +8,27 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:
-    """One KV-cache group: kind is full | sliding_window | chunked_local | mamba."""
+    """One KV-cache group: kind is full | sliding_window | chunked_local | mamba.
+
+    `mamba_cache_mode` ("none" or "align") applies to mamba groups only; upstream reads it from
+    its cache config into the group's MambaSpec, so both must say the same.
+    """
 
     kind: str
     block_size: int
     window: int = 0  # sliding window or attention chunk size
+    mamba_cache_mode: str = "none"
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "sliding_window", "chunked_local", "mamba"):
             raise ValueError(f"kind: unknown group kind {self.kind!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size: must be >= 1 (got {self.block_size})")
+        if self.mamba_cache_mode not in ("none", "align"):
+            raise ValueError(f"mamba_cache_mode: must be 'none' or 'align' "
+                             f"(got {self.mamba_cache_mode!r})")
+        if self.mamba_cache_mode != "none" and self.kind != "mamba":
+            raise ValueError(f"mamba_cache_mode: only for mamba groups (got kind {self.kind!r})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,4 +124,5 @@ def _upstream_spec(group: GroupShape) -> Any:
     if group.kind == "chunked_local":
         return k.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                            attention_chunk_size=group.window, **common)
-    return k.MambaSpec(block_size=group.block_size, shapes=((16,),), dtypes=(torch.float32,))
+    return k.MambaSpec(block_size=group.block_size, shapes=((16,),), dtypes=(torch.float32,),
+                       mamba_cache_mode=group.mamba_cache_mode)

@@ -6,9 +6,9 @@ per group) but otherwise spans what users configure, not what was convenient:
 
 * KV layouts: full attention alone or with a sliding window (windows smaller than a block, a
   block plus one or two tokens, several blocks), a sliding window alone (every layer slides),
-  full attention with chunked local attention or mamba, and the three-type
-  hybrids full + window + mamba and full + window + chunked; block sizes 16 and 32; hash blocks
-  smaller than the block size, hybrids included;
+  full attention with chunked local attention or mamba (cache mode 'none' or 'align'), and the
+  three-type hybrids full + window + mamba and full + window + chunked; block sizes 16 and 32;
+  hash blocks smaller than the block size, hybrids included (not with mamba 'align');
 * budgets at their edges: tiny token budgets, chunked prefill off with the budget exactly
   `max_model_len`, `max_num_seqs` from 1, requests whose prompt + output reach `max_model_len`;
 * LoRA adapters (two names, kept across a session's turns): hashes and events per adapter;
@@ -69,8 +69,16 @@ def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
         chunk = draw(st.sampled_from((2 * block_size, 4 * block_size)), label="chunk")
         groups.append(KVCacheGroup("chunked_local", attention_chunk_size=chunk))
     if "mamba" in layout:
-        groups.append(KVCacheGroup("mamba"))
+        # 'align' (block-aligned chunks) twice as often: 0.33 refuses 'none' with caching on.
+        mode = draw(st.sampled_from((None, "align", "align")), label="mamba_cache_mode")
+        groups.append(KVCacheGroup("mamba", mamba_cache_mode=mode))
     return tuple(groups)
+
+
+def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
+    """The twin runs mamba 'align' without spec decode and with hashes at the block size only
+    (it refuses the rest), so such configs draw neither."""
+    return any(g.mamba_cache_mode == "align" for g in groups)
 
 
 @st.composite
@@ -88,9 +96,10 @@ def engine_configs(draw: Any) -> EngineConfig:
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
     min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
-    spec = draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
+    align = _mamba_align(groups)
+    spec = 0 if align else draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
-    hash_block = None if len(groups) == 1 else draw(
+    hash_block = None if len(groups) == 1 or align else draw(
         st.sampled_from((None, None, block_size // 2)), label="hash_block_size")
     return EngineConfig(
         block_size=block_size,

@@ -72,6 +72,7 @@ def build_vllm_config(config: EngineConfig) -> Any:
         block_size=config.block_size,
         enable_prefix_caching=config.enable_prefix_caching,
         prefix_caching_hash_algo=config.hash_algo,
+        mamba_cache_mode=mamba_cache_mode(config),
     )
     cache_config.num_gpu_blocks = config.num_blocks
     speculative_config = None
@@ -99,9 +100,18 @@ def build_vllm_config(config: EngineConfig) -> Any:
     return vllm_config
 
 
+def mamba_cache_mode(config: EngineConfig) -> str:
+    """The engine-wide mamba cache mode: upstream keeps one in its cache config and copies it
+    into every MambaSpec (`group_shape` does the same per group; the workload checks make the
+    mamba groups agree)."""
+    modes = [g.mamba_cache_mode for g in config.kv_cache_groups if g.type == "mamba"]
+    return (modes[0] if modes else None) or "none"
+
+
 def group_shape(config: EngineConfig, group: KVCacheGroup) -> GroupShape:
     window = group.sliding_window or group.attention_chunk_size or 0
-    return GroupShape(group.type, config.block_size, window)
+    return GroupShape(group.type, config.block_size, window,
+                      mamba_cache_mode=group.mamba_cache_mode or "none")
 
 
 def build_kv_cache_config(config: EngineConfig) -> Any:

@@ -17,6 +17,7 @@ from impl.core.chunked_local import ChunkedLocalAttentionManager
 from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
 from impl.core.mamba import MambaManager
+from impl.core.mamba_align import MambaAlignManager
 from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.sliding_window import SlidingWindowManager
 from impl.core.specs import (
@@ -41,7 +42,7 @@ def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return ChunkedLocalAttentionManager
     if isinstance(spec, MambaSpec):
-        return MambaManager
+        return MambaAlignManager if spec.mamba_cache_mode == "align" else MambaManager
     if isinstance(spec, FullAttentionSpec):
         return FullAttentionManager
     raise ValueError(f"kv_cache_spec: unsupported spec type {type(spec).__name__}")
@@ -123,6 +124,16 @@ class KVCacheCoordinator:
         searches (`get_computed_blocks` answers no hit before asking)."""
         raise NotImplementedError("prefix caching is off: there is no cache-hit search")
 
+    def find_cache_hit_and_junction(
+        self, request: Request, max_cache_hit_length: int
+    ) -> tuple[PerGroupBlocks, int, int]:
+        """The hit, its length, and the shared-prefix junction: the longest hit any single
+        group found when it is longer than the hit all groups agree on (0 otherwise). There a
+        sparse group (mamba) has no state yet though the prefix is shared, so the scheduler
+        ends a chunk there to cache one. One group: no junction."""
+        hits, length = self.find_longest_cache_hit(request, max_cache_hit_length)
+        return hits, length, 0
+
     def new_step_starts(self) -> None:
         for manager in self.managers:
             manager.new_step_starts()
@@ -198,9 +209,16 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int
     ) -> tuple[PerGroupBlocks, int]:
+        hits, length, _ = self.find_cache_hit_and_junction(request, max_cache_hit_length)
+        return hits, length
+
+    def find_cache_hit_and_junction(
+        self, request: Request, max_cache_hit_length: int
+    ) -> tuple[PerGroupBlocks, int, int]:
         hit_length = max_cache_hit_length
         alignment = self.scheduler_block_size
         results: dict[int, list[KVCacheBlock]] = {}
+        longest = 0  # the longest hit of any one group (a candidate never grows)
         while True:
             candidate = hit_length
             for spec, group_ids in self.spec_groups:
@@ -212,6 +230,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 )
                 for group_id, group_hits in zip(group_ids, hits, strict=True):
                     results[group_id] = group_hits
+                longest = max(longest, candidate)
             if candidate >= hit_length:
                 break
             hit_length = candidate
@@ -219,7 +238,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             results[group_id][: hit_length // self.managers[group_id].block_size]
             for group_id in range(len(self.managers))
         )
-        return per_group, hit_length
+        return per_group, hit_length, longest if longest > hit_length else 0
 
 
 def get_kv_cache_coordinator(

@@ -126,12 +126,16 @@ class KVCacheManager:
         """Prefix-cache hits for a new request, and how many tokens they cover.
 
         At most num_tokens - 1 tokens can hit: the last token must be computed to get logits.
+        Each lookup also sets the request's `shared_prefix_boundary` (the coordinator's
+        junction; 0 without one), where mamba 'align' ends a chunk to cache a state.
         """
         if not self.enable_caching or request.skip_reading_prefix_cache:
+            request.shared_prefix_boundary = 0
             return self.empty_blocks(), 0
-        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(
+        hits, num_hit_tokens, junction = self.coordinator.find_cache_hit_and_junction(
             request, request.num_tokens - 1
         )
+        request.shared_prefix_boundary = junction
         return KVCacheBlocks(hits), num_hit_tokens
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:

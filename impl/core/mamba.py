@@ -17,11 +17,15 @@ refuses it if any block got that hash during this step, and so must we.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.specs import KVCacheSpec, MambaSpec
+
+if TYPE_CHECKING:
+    from impl.sched.request import Request
 
 
 class MambaManager(SingleTypeKVCacheManager):
@@ -58,12 +62,12 @@ class MambaManager(SingleTypeKVCacheManager):
             apply_admission_cap,
         )
 
-    def cache_blocks(self, request: object, block_hashes: Sequence[BlockHash],
+    def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
-        blocks = self.req_to_blocks.get(request.request_id)  # type: ignore[attr-defined]
-        before = self.num_cached_block.get(request.request_id, 0)  # type: ignore[attr-defined]
-        super().cache_blocks(request, block_hashes, num_tokens)  # type: ignore[arg-type]
-        after = self.num_cached_block.get(request.request_id, 0)  # type: ignore[attr-defined]
+        blocks = self.req_to_blocks.get(request.request_id)
+        before = self.num_cached_block.get(request.request_id, 0)
+        super().cache_blocks(request, block_hashes, num_tokens)
+        after = self.num_cached_block.get(request.request_id, 0)
         if blocks is not None:
             self.cached_this_step.update(
                 block.block_hash for block in blocks[before:after]

@@ -41,7 +41,7 @@ class Request:
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
-        "num_inflight_tokens", "job_id", "is_last_step",
+        "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "_hasher",
     )
 
@@ -94,6 +94,9 @@ class Request:
         # call follows has `is_last_step` False and may keep its KV blocks pinned.
         self.job_id = job_id
         self.is_last_step = is_last_step
+        # Set by each prefix-cache lookup: where groups' hits disagree (a shared prefix one
+        # sparse group has no state for yet; 0: none). Mamba 'align' ends a chunk there.
+        self.shared_prefix_boundary = 0
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:

@@ -19,6 +19,7 @@ from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
 from impl.sched.continuum.tracer import Tracer
 from impl.sched.make_output import make_output
+from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import (
     PLACEHOLDER_DRAFT,
     SchedulerOutput,
@@ -72,6 +73,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
                                          self.kv_cache_manager, self.requests) \
             if self.policy == "continuum" else None
         self.tracer: Tracer | None = None  # seed 002's per-step trace, when attached
+        self.mamba_split = MambaAlignedSplit.setup(scheduler_config, kv_cache_config,
+                                                   self.kv_cache_manager)  # None: no 'align'
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -111,7 +114,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
                    + request.num_output_placeholders - num_computed)
         if 0 < threshold < num_new:
             num_new = threshold
-        return min(num_new, token_budget, self.max_model_len - 1 - num_computed)
+        num_new = min(num_new, token_budget, self.max_model_len - 1 - num_computed)
+        return num_new if self.mamba_split is None else self.mamba_split.clip(request, num_new)
 
     def _schedule_running(self, plan: StepPlan, hold_prefill: bool) -> None:
         """Each running request in order gets its chunk, while the budget lasts. When the pool
@@ -227,6 +231,9 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
             if not config.enable_chunked_prefill and num_new > plan.token_budget:
                 break
             num_new = min(num_new, plan.token_budget)
+            if self.mamba_split is not None and not (
+                    num_new := self.mamba_split.clip(request, num_new, num_hit)):
+                break  # no block-aligned chunk fits: admission stops
             blocks = kv.allocate_slots(request, num_new, num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)

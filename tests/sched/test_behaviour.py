@@ -87,15 +87,17 @@ def test_a_priority_request_that_preempts_itself(behaviour: Behaviour) -> None:
     assert [r.request_id for r in scheduler.running] == ["b"]
 
 
-def mamba_config(mode: str) -> KVCacheConfig:
-    return KVCacheConfig(16, (
+def mamba_config(mode: str, num_blocks: int = 16) -> KVCacheConfig:
+    return KVCacheConfig(num_blocks, (
         KVCacheGroupSpec(("attn",), FullAttentionSpec(block_size=16)),
         KVCacheGroupSpec(("ssm",), MambaSpec(block_size=16, mamba_cache_mode=mode))))
 
 
-def build(behaviour: Behaviour, kv_config: KVCacheConfig, caching: bool = True) -> Scheduler:
+def build(behaviour: Behaviour, kv_config: KVCacheConfig, caching: bool = True,
+          **settings: int) -> Scheduler:
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
-                             enable_prefix_caching=caching, behaviour=behaviour)
+                             enable_prefix_caching=caching, behaviour=behaviour,
+                             **settings)  # type: ignore[arg-type]
     return Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
 
 
@@ -108,10 +110,43 @@ def test_mamba_prefix_caching_is_refused_from_0_33_as_upstream_does() -> None:
 
 
 @pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
-def test_mamba_align_mode_is_refused_as_not_implemented(behaviour: Behaviour) -> None:
+def test_mamba_align_refuses_what_the_twin_does_not_implement(behaviour: Behaviour) -> None:
+    build(behaviour, mamba_config("align"))
+    build(behaviour, mamba_config("align"), caching=False)
     with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
-                                         "is not implemented"):
-        build(behaviour, mamba_config("align"))
+                                         "with speculative decoding is not implemented"):
+        build(behaviour, mamba_config("align"), num_spec_tokens=2)
+    with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
+                                         r"with hash_block_size 8 != block size 16"):
+        build(behaviour, mamba_config("align"), hash_block_size=8)
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_mamba_align_prompt_boundary_reached_again(behaviour: Behaviour) -> None:
+    """24 blocks, budget 64. a (40 tokens) prefills 32 at step 0 (the split stops at 32, the
+    last boundary before its final token) and caches its state there (mamba block 3). At step
+    1 its last 8 tokens' cache call lands on boundary 32 again: 0.32 marks block 3 cached this
+    step, so b (the same prompt) cannot hit it before step 2; 0.33 admits b at step 1 with a
+    32-token hit sharing blocks 1, 2 (full) and 3 (mamba)."""
+    scheduler = build(behaviour, mamba_config("align", num_blocks=24))
+    scheduler.add_request(make_request("a", range(100, 140), max_tokens=4, ignore_eos=True))
+    out, _ = step(scheduler)
+    assert scheduled(out) == {"a": 32}
+    assert scheduler.kv_cache_manager.get_block_ids("a") == ([1, 2], [0, 3])
+    scheduler.add_request(make_request("b", range(100, 140), max_tokens=4, ignore_eos=True))
+    out, _ = step(scheduler)
+    assert scheduler.kv_cache_manager.get_block_ids("a") == ([1, 2, 4], [0, 3, 5])
+    if behaviour.mamba_align_skips_keyed_boundary:
+        assert scheduled(out) == {"a": 8, "b": 8}
+        assert scheduler.kv_cache_manager.get_block_ids("b") == ([1, 2, 6], [0, 3, 7])
+        assert scheduler.requests["b"].num_cached_tokens == 32
+    else:
+        assert scheduled(out) == {"a": 8}
+        out, _ = step(scheduler)
+        assert scheduled(out) == {"a": 1, "b": 8}
+        # a's step-0 state (block 3) is released once its last chunk is processed; b holds it
+        assert scheduler.kv_cache_manager.get_block_ids("a") == ([1, 2, 4], [0, 0, 5])
+        assert scheduler.kv_cache_manager.get_block_ids("b") == ([1, 2, 6], [0, 3, 7])
 
 
 def test_presets_by_release() -> None:
@@ -121,6 +156,7 @@ def test_presets_by_release() -> None:
     assert BEHAVIOUR_0_33.switches == {"cache_verified_blocks_on_output": True,
                                        "priority_self_preemption_continues": True,
                                        "mamba_prefix_caching_requires_align": True,
+                                       "mamba_align_skips_keyed_boundary": True,
                                        "local_prefill_interval": True,
                                        "lora_limit_counts_running": True}
     assert not any(BEHAVIOUR_0_32.switches.values())

@@ -1,0 +1,79 @@
+"""Block-aligned prefill chunks for mamba's 'align' cache mode.
+
+A mamba state is a running summary: the model writes it where a chunk ends. In 'align' mode
+(`impl.core.mamba_align`) only states at block boundaries are kept and indexed, so prefill
+chunks must end on block boundaries, except the chunk that finishes the prefill (decode moves
+its state on to the next boundary). `MambaAlignedSplit.clip` shortens a chunk, in order:
+
+| rule                      | the chunk [start, end) ends at                                   |
+| ------------------------- | ---------------------------------------------------------------- |
+| not prefilling            | unchanged (start at or past the prefill end)                     |
+| mid-prefill               | end rounded down to a block boundary, unless that leaves nothing |
+|                           | and a whole block would fit the per-chunk cap (then it waits)    |
+| then the earliest of these strictly inside (start, end):                                     |
+| started mid-block         | the next block boundary                                          |
+| last cacheable state      | the last boundary before the request's final token               |
+| shared-prefix junction    | the junction, block-floored from start (`shared_prefix_boundary`)|
+
+Prefill ends at max(prompt, tokens - 1): a resumed request replays its output tokens as
+prefill. A clip to 0 tokens skips a running request this step and stops admission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.mamba_align import MambaAlignManager
+from impl.core.specs import KVCacheConfig, MambaSpec
+from impl.sched.config import SchedulerConfig
+from impl.sched.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class MambaAlignedSplit:
+    block_size: int
+    # The most tokens one prefill chunk may take: the step budget, or the long-prefill cap.
+    max_chunk_tokens: int
+
+    @classmethod
+    def setup(cls, config: SchedulerConfig, kv_cache_config: KVCacheConfig,
+              kv_cache_manager: KVCacheManager) -> MambaAlignedSplit | None:
+        """The split for a config with a mamba group in 'align' mode (None: no split), and the
+        release's behaviour handed to the align managers."""
+        if not any(isinstance(g.kv_cache_spec, MambaSpec)
+                   and g.kv_cache_spec.mamba_cache_mode == "align"
+                   for g in kv_cache_config.kv_cache_groups):
+            return None
+        for manager in kv_cache_manager.coordinator.managers:
+            if isinstance(manager, MambaAlignManager):
+                manager.remarks_prompt_boundary = \
+                    not config.behaviour.mamba_align_skips_keyed_boundary
+        max_chunk = config.max_num_batched_tokens
+        if config.long_prefill_token_threshold > 0:
+            max_chunk = min(max_chunk, config.long_prefill_token_threshold)
+        return cls(config.block_size, max_chunk)
+
+    def clip(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0) -> int:
+        """The chunk length for `num_new_tokens` proposed after the request's computed tokens
+        plus `num_new_computed_tokens` (prefix hits found at admission)."""
+        start = request.num_computed_tokens + num_new_computed_tokens
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if start >= prefill_end:
+            return num_new_tokens
+        block_size = self.block_size
+        end = start + num_new_tokens
+        if end < prefill_end:
+            aligned_end = end // block_size * block_size
+            if aligned_end > start or block_size <= self.max_chunk_tokens:
+                end = aligned_end
+        last_cacheable = (request.num_tokens - 1) // block_size * block_size
+        junction = request.shared_prefix_boundary
+        stops = (
+            (start // block_size + 1) * block_size if start % block_size else 0,
+            last_cacheable,
+            start + (junction - start) // block_size * block_size if start < junction < end
+            else 0,
+        )
+        end = min((stop for stop in stops if start < stop < end), default=end)
+        return max(end - start, 0)
