@@ -42,3 +42,25 @@ class Replay:
         return steps / (time.perf_counter() - start)
 
     track_steps_per_second.unit = "steps/s"  # type: ignore[attr-defined]
+
+
+class WholeTrace:
+    """The whole bundled Mooncake trace (3,993 requests as recorded): building its requests
+    (prompt hashing) and the replay, timed together as `vtwin bench --trace` does per phase."""
+
+    params = [SYSTEMS]
+    param_names = ["system"]
+    number = 1
+    warmup_time = 0.0
+    repeat = (1, 2, 300.0)
+    rounds = 1
+    timeout = 1800
+
+    def setup(self, system: str) -> None:
+        require("impl.sched.scheduler", "workloads")
+        self.trace = submodule("trace")
+        self.workload = _workload("mooncake-full")
+        self.trace.warm_up(system, self.workload)
+
+    def time_build_and_replay(self, system: str) -> None:
+        self.trace.time_trace(system, self.workload)

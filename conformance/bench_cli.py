@@ -51,6 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="only cases whose name matches this glob or contains this text "
                              "(repeatable)")
     parser.add_argument("--list", action="store_true", help="list the case names and exit")
+    parser.add_argument("--trace", metavar="WORKLOAD",
+                        help="replay one whole workload (a bundled name such as mooncake-full, "
+                             "or a .jsonl file) once per system: build (prompt hashing) and "
+                             "replay seconds")
+    parser.add_argument("--systems", default="impl,upstream", metavar="LIST",
+                        help="with --trace: the systems, in order (default impl,upstream; "
+                             "'impl' alone needs no vLLM)")
     parser.set_defaults(handler=run)
 
 
@@ -65,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     apply_oracle_env()
+    if args.trace is not None:
+        return run_trace(args)
     if args.list:
         cases, left_out = all_cases()
         for case in select(cases, args.only):
@@ -93,6 +102,35 @@ def run(args: argparse.Namespace) -> int:
         update_runs_index(root)
     failed = [line for line in quick.left_out if ": failed (" in line]
     return 1 if failed else 0
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    """`--trace WORKLOAD`: the whole trace once per system; the lines, and records with --json."""
+    import json
+
+    import workloads
+    from conformance.bench.quick import upstream_available
+    from conformance.bench.trace import time_traces
+    from conformance.rundirs import check_output_file, write_text
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - {"impl", "upstream"})
+    if unknown or not systems:
+        raise UserError(f"--systems: impl and/or upstream (got {args.systems!r})")
+    if "upstream" in systems and not upstream_available():
+        raise UserError("upstream vLLM is not installed: use --systems impl for the twin alone")
+    check_output_file(args.json, "--json")
+    timings = time_traces(workloads.load(args.trace), systems)
+    for timing in timings:
+        print(timing.line())
+    if len(timings) == 2:
+        impl, upstream = timings
+        print(f"impl / upstream: build {impl.build_seconds / upstream.build_seconds:.3f}, "
+              f"replay {impl.replay_seconds / upstream.replay_seconds:.3f}, "
+              f"total {impl.total_seconds / upstream.total_seconds:.3f}")
+    if args.json:
+        write_text(args.json, json.dumps([t.to_json() for t in timings], indent=2))
+    return 0
 
 
 def check_arguments(args: argparse.Namespace) -> None:
