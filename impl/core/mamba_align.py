@@ -7,13 +7,14 @@ can be indexed for prefix hits. A request's table is positional but mostly null:
 
     index:    0     1     2     3     4     5     6
     blocks: null  null   S1   null  null  null   S2      <- after a chunk ending in block 6
-                          ^ previous state, read to continue; freed one step later
+                          ^ previous state: the chunk in block 6 starts from it
 
-Each allocation adds at most one real block (the new state), pads the gap before it with null
-blocks, and remembers the previous state's index (`last_state_block_idx`): the next chunk starts
-from that state, so it is released only once the tokens after it are processed. Everything left
-of the processed position is retired as well (`num_retired_blocks` is how far retirement went,
-since the table has null gaps a walk back cannot stop at).
+Each allocation adds at most one real block (the new state) and pads the gap before it with null
+blocks. The next chunk starts from the previous state, so a state is released only once the
+tokens after it are processed: every block left of the last processed token's block is retired
+then (`num_retired_blocks` is how far retirement went, since the table has null gaps a walk
+back cannot stop at). The state a chunk starts from lies left of the chunk's last block, so it
+goes with the rest as soon as that chunk is processed.
 
 Sizing matches: a request needs min(1, blocks still missing) new blocks per step, plus the prefix
 hit if it sits free in the queue, whatever the chunk length; the admission gate asks the same.
@@ -44,12 +45,8 @@ class MambaAlignManager(MambaManager):
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool,
                  kv_cache_group_id: int) -> None:
         super().__init__(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)
-        # Index of the state the next chunk starts from (the block allocated one step earlier).
-        self.last_state_block_idx: dict[str, int] = {}
         # Blocks [0, n) of the request were already retired (freed or null).
         self.num_retired_blocks: dict[str, int] = {}
-        # Requests that went through `allocate_new_blocks` at least once.
-        self.allocated_reqs: set[str] = set()
         # 0.32: re-mark the prompt-boundary state on every cache call that lands on it (set by
         # the scheduler from its `Behaviour`).
         self.remarks_prompt_boundary = False
@@ -82,42 +79,31 @@ class MambaAlignManager(MambaManager):
         num_required = cdiv(num_tokens, self.block_size)
         num_held = len(blocks)
         if num_required <= num_held:
-            self.allocated_reqs.add(request_id)
             return []
-        if num_held > 0:
-            self.last_state_block_idx[request_id] = num_held - 1
         if num_held < num_required - 1:
             blocks.extend([self.null_block] * (num_required - 1 - num_held))
-        new_blocks = self.block_pool.get_new_blocks(num_required - len(blocks))
-        blocks.extend(new_blocks)
-        self.allocated_reqs.add(request_id)
+        blocks.extend(self.block_pool.get_new_blocks(1))
         return blocks[num_held:]
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Retire every block left of the last processed token (null gaps included, so no
-        early stop), then the previous state once the chunk reading it is processed."""
+        """Retire every block left of the last processed token's block, tail first, skipping
+        the null gaps (no early stop at the first null, unlike the window types)."""
         blocks = self.req_to_blocks.get(request_id)
         if not blocks:
             return
-        null_block = self.null_block
         end = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
                   len(blocks))
         start = self.num_retired_blocks.get(request_id, 0)
-        if start < end:
-            removed: list[KVCacheBlock] = []
-            for index in range(end - 1, start - 1, -1):
-                block = blocks[index]
-                if not block.is_null:
-                    removed.append(block)
-                    blocks[index] = null_block
-            self.block_pool.free_blocks(removed)
-            self.num_retired_blocks[request_id] = end
-        last_state = self.last_state_block_idx.get(request_id)
-        if (last_state is not None
-                and last_state < cdiv(num_computed_tokens, self.block_size) - 1
-                and not blocks[last_state].is_null):
-            self.block_pool.free_blocks([blocks[last_state]])
-            blocks[last_state] = null_block
+        if start >= end:
+            return
+        removed: list[KVCacheBlock] = []
+        for index in range(end - 1, start - 1, -1):
+            block = blocks[index]
+            if not block.is_null:
+                removed.append(block)
+                blocks[index] = self.null_block
+        self.block_pool.free_blocks(removed)
+        self.num_retired_blocks[request_id] = end
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
@@ -141,19 +127,12 @@ class MambaAlignManager(MambaManager):
             self.cached_this_step.add(block_hashes[index])
 
     def free(self, request_id: str) -> None:
-        self.last_state_block_idx.pop(request_id, None)
         self.num_retired_blocks.pop(request_id, None)
-        self.allocated_reqs.discard(request_id)
         super().free(request_id)
 
     def check_integrity(self) -> None:
-        """Besides the common checks: the align bookkeeping points inside live tables."""
+        """Besides the common checks: the retired prefix of a live table is all null."""
         super().check_integrity()
-        for request_id, index in self.last_state_block_idx.items():
-            blocks = self.req_to_blocks.get(request_id)
-            if blocks is None or not 0 <= index < len(blocks):
-                raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} last state "
-                                     f"index {index} outside its table")
         for request_id, num in self.num_retired_blocks.items():
             blocks = self.req_to_blocks.get(request_id)
             if blocks is None or num > len(blocks) or not all(b.is_null for b in blocks[:num]):

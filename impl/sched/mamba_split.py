@@ -16,7 +16,9 @@ its state on to the next boundary). `MambaAlignedSplit.clip` shortens a chunk, i
 | shared-prefix junction    | the junction, block-floored from start (`shared_prefix_boundary`)|
 
 Prefill ends at max(prompt, tokens - 1): a resumed request replays its output tokens as
-prefill. A clip to 0 tokens skips a running request this step and stops admission.
+prefill. A clip to 0 tokens skips a running request this step and stops admission. A chunk
+starts mid-block after sub-block chunks (a block wider than the chunk cap, or a 1-token
+long-prefill cap while requests compete); its next stop realigns it.
 """
 
 from __future__ import annotations
