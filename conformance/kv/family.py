@@ -70,6 +70,11 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("full_chunked_local", (GroupShape("full", 16), GroupShape("chunked_local", 16, 64)),
              num_blocks=40),
     KVFamily("full_mamba", (GroupShape("full", 16), GroupShape("mamba", 16)), num_blocks=40),
+    # Mamba 'align': one new state block per allocation, null gaps, retirement behind the
+    # processed position (the scheduler's block-aligned split is not part of this level).
+    KVFamily("full_mamba_align",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40),
     # The engine's default retention (0): hybrid groups keep only the prompt-replay tail.
     KVFamily("sliding_window_retention0",
              (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,

@@ -78,11 +78,16 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
         total_computed_tokens: int, apply_admission_cap: bool = False,
+        num_tokens_main: int | None = None,
     ) -> int:
+        """`num_tokens_main`: the tokens without lookahead slots, for the groups that take
+        none (`ignores_lookahead`); None: the same as `num_tokens`."""
         return sum(
             manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[index], total_computed_tokens,
-                apply_admission_cap,
+                request_id,
+                num_tokens_main if manager.ignores_lookahead and num_tokens_main is not None
+                else num_tokens,
+                new_computed_blocks[index], total_computed_tokens, apply_admission_cap,
             )
             for index, manager in enumerate(self.managers)
         )
@@ -95,9 +100,14 @@ class KVCacheCoordinator:
                 request_id, new_computed_blocks[index], total_computed_tokens
             )
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> PerGroupBlocks:
-        return tuple(manager.allocate_new_blocks(request_id, num_tokens)
-                     for manager in self.managers)
+    def allocate_new_blocks(self, request_id: str, num_tokens: int,
+                            num_tokens_main: int | None = None) -> PerGroupBlocks:
+        return tuple(
+            manager.allocate_new_blocks(
+                request_id,
+                num_tokens_main if manager.ignores_lookahead and num_tokens_main is not None
+                else num_tokens)
+            for manager in self.managers)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         for manager in self.managers:

@@ -181,7 +181,8 @@ class KVCacheManager:
         coordinator.remove_skipped_blocks(
             request.request_id, max(0, total_computed - request.num_inflight_tokens))
         num_to_allocate = coordinator.get_num_blocks_to_allocate(
-            request.request_id, num_tokens_need_slot, computed, total_computed
+            request.request_id, num_tokens_need_slot, computed, total_computed,
+            num_tokens_main=num_tokens_main,
         )
         free = self.block_pool.get_num_free_blocks()
         if num_to_allocate > free:
@@ -195,7 +196,8 @@ class KVCacheManager:
                 return None
         if any(computed) or request.request_id not in coordinator.managers[0].num_cached_block:
             coordinator.add_computed_blocks(request.request_id, computed, total_computed)
-        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
+                                                     num_tokens_main)
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(num_tokens_main, request.num_tokens))
         return KVCacheBlocks(new_blocks)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from impl.behaviour import DEFAULT_BEHAVIOUR
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.mamba import MambaManager
@@ -42,14 +43,16 @@ if TYPE_CHECKING:
 
 
 class MambaAlignManager(MambaManager):
+    ignores_lookahead = True
+
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool,
                  kv_cache_group_id: int) -> None:
         super().__init__(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)
         # Blocks [0, n) of the request were already retired (freed or null).
         self.num_retired_blocks: dict[str, int] = {}
-        # 0.32: re-mark the prompt-boundary state on every cache call that lands on it (set by
-        # the scheduler from its `Behaviour`).
-        self.remarks_prompt_boundary = False
+        # 0.32: re-mark the prompt-boundary state on every cache call that lands on it. The
+        # scheduler sets it from its `Behaviour`; a manager built alone follows the default.
+        self.remarks_prompt_boundary = not DEFAULT_BEHAVIOUR.mamba_align_skips_keyed_boundary
 
     def get_num_blocks_to_allocate(
         self,

@@ -27,6 +27,9 @@ def cdiv(a: int, b: int) -> int:
 class SingleTypeKVCacheManager:
     #: Whether a cache hit for this type is found by a scan from the left (full attention).
     scans_from_left: ClassVar[bool] = True
+    #: Whether this type gets no slots for a drafter's lookahead tokens (mamba 'align': drafters
+    #: have no state layers, and slots past the scheduled tokens would break the alignment).
+    ignores_lookahead: ClassVar[bool] = False
 
     def __init__(
         self,

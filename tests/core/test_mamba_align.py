@@ -1,0 +1,129 @@
+"""Mamba 'align' + full attention at the KV level: exact block ids, sizing and retirement.
+
+Layout: full attention and mamba ('align'), both with 4-token blocks, block 0 null. Chunks are
+given directly here (the scheduler's block-aligned split is tested in tests/sched). A mamba
+table holds one real block per allocation, at the chunk's last block, null before it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.mamba_align import MambaAlignManager
+from impl.core.specs import FullAttentionSpec, MambaSpec
+from impl.sched.request import Request
+from tests.core.helpers import admit, make_manager, make_request
+from vtwin.errors import IntegrityError
+
+
+def align_manager(num_blocks: int = 40) -> KVCacheManager:
+    return make_manager(num_blocks, FullAttentionSpec(block_size=4),
+                        MambaSpec(block_size=4, mamba_cache_mode="align"))
+
+
+def mamba(manager: KVCacheManager) -> MambaAlignManager:
+    group = manager.coordinator.managers[1]
+    assert isinstance(group, MambaAlignManager)
+    return group
+
+
+def run_chunk(manager: KVCacheManager, request: Request, num_new: int) -> list[list[int]]:
+    """One step of a running request: allocate `num_new` more tokens, then mark them computed
+    (the next step processes them)."""
+    manager.new_step_starts()
+    blocks = manager.allocate_slots(request, num_new)
+    assert blocks is not None
+    request.num_computed_tokens += num_new
+    manager.check_integrity()
+    return [list(ids) for ids in blocks.get_block_ids()]
+
+
+def test_one_state_block_per_chunk_with_null_gaps_and_retirement() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    assert admit(manager, a, 8) == [[1, 2], [0, 3]]
+    # 8 more tokens: full gets 2 blocks; mamba pads one null and takes one block (the new
+    # ones reported include the null); block 3 (state at 8) is still read by this chunk.
+    assert run_chunk(manager, a, 8) == [[4, 5], [0, 6]]
+    assert manager.get_block_ids("a") == ([1, 2, 4, 5], [0, 3, 0, 6])
+    # The next chunk processes past 16: everything left of block 3 of the table is retired.
+    assert run_chunk(manager, a, 4) == [[7], [8]]
+    assert manager.get_block_ids("a") == ([1, 2, 4, 5, 7], [0, 0, 0, 6, 8])
+    assert mamba(manager).num_retired_blocks["a"] == 3
+    manager.free(a)
+    assert "a" not in mamba(manager).num_retired_blocks
+    manager.check_integrity()
+
+
+def test_sizing_asks_for_one_state_block_whatever_the_chunk() -> None:
+    """40 blocks: a 100-token chunk needs 25 full-attention blocks but one mamba block, so
+    27 free blocks (26 + the null) are enough, and 26 free are not."""
+    manager = align_manager(num_blocks=27)
+    assert manager.block_pool.get_num_free_blocks() == 26
+    a = make_request("a", range(100))
+    assert admit(manager, a, 100) is not None
+    assert manager.get_block_ids("a")[1] == [0] * 24 + [26]
+    manager = align_manager(num_blocks=26)
+    assert admit(manager, make_request("b", range(100)), 100) is None
+
+
+def test_a_table_already_long_enough_gets_nothing_new() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    assert admit(manager, a, 6) == [[1, 2], [0, 3]]
+    # 2 more tokens stay inside block 1: nothing new for either group.
+    assert run_chunk(manager, a, 2) == [[], []]
+    assert mamba(manager).get_num_blocks_to_allocate("a", 8, [], 8, False) == 0
+    assert mamba(manager).get_num_blocks_to_allocate("a", 4, [], 4, False) == -1
+
+
+def test_a_hit_takes_the_state_at_the_hit_and_the_free_copy_counts() -> None:
+    manager = align_manager()
+    a = make_request("a", range(13))
+    assert admit(manager, a, 8) == [[1, 2], [0, 3]]
+    assert run_chunk(manager, a, 5) == [[4, 5], [0, 6]]
+    manager.free(a)
+    # b shares 12 tokens: full attention hits all 12 (blocks 1, 2, 4), mamba has a state only
+    # at 8 (block 3), so the hit is 8 and the junction (where a state is missing) is 12.
+    b = make_request("b", [*range(12), 99])
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8 and hits.get_block_ids() == ([1, 2], [0, 3])
+    assert b.shared_prefix_boundary == 12
+    # Free cached hit blocks count as allocations: full 2 hits + 2 new, mamba 1 hit + 1 new.
+    coordinator = manager.coordinator
+    assert coordinator.get_num_blocks_to_allocate("b", 13, hits.blocks, 8) == 4 + 2
+    # New blocks come from the queue's front, where a's unhashed blocks went when it was
+    # freed tail first: 6 (its last state, at 13 tokens) and 5 (its partial full block).
+    assert admit(manager, b, 4) == [[1, 2, 6], [0, 3, 5]]
+
+
+def test_lookahead_slots_go_to_full_attention_only() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    assert admit(manager, a, 8, lookahead=4) == [[1, 2, 3], [0, 4]]
+
+
+def test_the_0_32_remark_of_the_prompt_boundary_state() -> None:
+    """a (10 tokens) computes 8, then its last 2: the second cache call lands on the prompt
+    boundary 8 again. With the 0.32 re-mark, a hit on that state is refused in that step."""
+    for remarks in (True, False):
+        manager = align_manager()
+        mamba(manager).remarks_prompt_boundary = remarks
+        a = make_request("a", range(10))
+        assert admit(manager, a, 8) == [[1, 2], [0, 3]]
+        run_chunk(manager, a, 2)
+        b = make_request("b", range(10))
+        hits, num_hit = manager.get_computed_blocks(b)
+        assert num_hit == 8
+        blocks = manager.allocate_slots(b, 2, num_hit, hits)
+        assert (blocks is None) == remarks
+
+
+def test_integrity_names_a_retired_block_that_is_not_null() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    admit(manager, a, 8)
+    mamba(manager).num_retired_blocks["a"] = 2
+    with pytest.raises(IntegrityError, match=r"group 1: a retired 2 blocks that are not all"):
+        manager.check_integrity()

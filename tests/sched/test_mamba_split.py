@@ -1,0 +1,105 @@
+"""The block-aligned prefill split of mamba 'align' (`impl.sched.mamba_split`): each rule of the
+clip with exact chunk lengths, and admission stopping at a zero-token clip."""
+
+from __future__ import annotations
+
+from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+from impl.sched.config import SchedulerConfig
+from impl.sched.mamba_split import MambaAlignedSplit
+from impl.sched.request import Request
+from impl.sched.scheduler import Scheduler
+from tests.sched.helpers import NONE_HASH, make_request, scheduled, step
+
+SPLIT = MambaAlignedSplit(block_size=16, max_chunk_tokens=64)
+
+
+def request(num_prompt: int, computed: int = 0, outputs: int = 0, junction: int = 0) -> Request:
+    r = Request("r", range(num_prompt))
+    r.append_output_token_ids(list(range(outputs)))
+    r.num_computed_tokens = computed
+    r.shared_prefix_boundary = junction
+    return r
+
+
+def test_decode_and_the_last_prefill_chunk_are_left_alone() -> None:
+    assert SPLIT.clip(request(40, computed=40, outputs=1), 1) == 1
+    assert SPLIT.clip(request(40, computed=32), 8) == 8  # ends the prompt; 32 is its start
+
+
+def test_a_mid_prefill_chunk_ends_on_a_block_boundary() -> None:
+    assert SPLIT.clip(request(100), 40) == 32
+    assert SPLIT.clip(request(100, computed=32), 40) == 32  # 32 -> 72 becomes 32 -> 64
+    # Less than a block left while a whole block would fit the cap: wait (0 tokens).
+    assert SPLIT.clip(request(100, computed=32), 8) == 0
+
+
+def test_blocks_wider_than_the_cap_advance_sub_block_and_realign() -> None:
+    wide = MambaAlignedSplit(block_size=32, max_chunk_tokens=24)
+    assert wide.clip(request(100), 24) == 24
+    assert wide.clip(request(100, computed=24), 24) == 8  # rounded down to 32
+    assert wide.clip(request(100, computed=32), 24) == 24
+
+
+def test_the_chunk_stops_at_the_last_cacheable_state() -> None:
+    """The last block boundary before the final token: the state a resend can hit."""
+    assert SPLIT.clip(request(40), 64) == 32
+    assert SPLIT.clip(request(48), 64) == 32  # 47 // 16 * 16: a whole-block prompt too
+    assert SPLIT.clip(request(17), 64) == 16
+
+
+def test_a_chunk_started_mid_block_stops_at_the_next_boundary() -> None:
+    assert SPLIT.clip(request(60, computed=4), 56) == 12  # 16, before the last state 48
+
+
+def test_the_chunk_stops_at_the_shared_prefix_junction() -> None:
+    assert SPLIT.clip(request(120, computed=64, junction=80), 56) == 16
+    # A junction not inside the chunk, or less than a block past its start, changes nothing.
+    assert SPLIT.clip(request(120, computed=64, junction=130), 56) == 48
+    assert SPLIT.clip(request(120, computed=64, junction=70), 56) == 48
+
+
+def test_a_resumed_request_replays_its_outputs_as_prefill() -> None:
+    """Prompt 20 + 35 outputs: prefill runs to 54, so a 40-token chunk is rounded to 32."""
+    assert SPLIT.clip(request(20, outputs=35), 40) == 32
+    assert SPLIT.clip(request(20, computed=32, outputs=35), 40) == 16  # last state 48
+
+
+def align_config(groups_mode: str = "align") -> KVCacheConfig:
+    return KVCacheConfig(64, (
+        KVCacheGroupSpec(("attn",), FullAttentionSpec(block_size=16)),
+        KVCacheGroupSpec(("ssm",), MambaSpec(block_size=16, mamba_cache_mode=groups_mode))))
+
+
+def scheduler(**settings: int) -> Scheduler:
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=40, max_model_len=256,
+                             **settings)  # type: ignore[arg-type]
+    return Scheduler(config, align_config(), none_hash=NONE_HASH, log_stats=False)
+
+
+def test_setup_reads_the_cap_and_is_off_without_align() -> None:
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=40, max_model_len=256,
+                             long_prefill_token_threshold=24)
+    built = Scheduler(config, align_config(), none_hash=NONE_HASH, log_stats=False)
+    assert built.mamba_split == MambaAlignedSplit(block_size=16, max_chunk_tokens=24)
+    assert Scheduler(config, align_config("none"), none_hash=NONE_HASH,
+                     log_stats=False).mamba_split is None
+
+
+def test_admission_stops_at_a_zero_token_clip() -> None:
+    """Budget 40, cap 24 while requests compete: a and b (80 tokens) take 16 each, 8 are left:
+    c would get only a sub-block chunk, so admission stops there until a and b decode."""
+    s = scheduler(long_prefill_token_threshold=24)
+    for name, base in (("a", 100), ("b", 300)):
+        s.add_request(make_request(name, range(base, base + 80), max_tokens=3, ignore_eos=True))
+    out, _ = step(s)
+    assert scheduled(out) == {"a": 16, "b": 16}
+    s.add_request(make_request("c", range(500, 580), max_tokens=3, ignore_eos=True))
+    for _ in range(4):
+        out, _ = step(s)
+        assert scheduled(out) == {"a": 16, "b": 16}
+        assert [r.request_id for r in s.waiting] == ["c"]
+    out, _ = step(s)
+    assert scheduled(out) == {"a": 1, "b": 1, "c": 16}
+    # a's prompt is done (80): its state at 80 (block 18) is kept for the decode, whose token
+    # got a new block (22); blocks left of it were retired as a's chunks were processed.
+    assert s.kv_cache_manager.get_block_ids("a")[1] == [0, 0, 0, 0, 18, 22]
