@@ -21,7 +21,8 @@ def test_drift_0_32_to_0_33_names_each_switch_at_its_workload() -> None:
     workloads = [f"{REGRESSIONS}/prefill-interval-0.33.jsonl",
                  f"{REGRESSIONS}/priority-self-preemption-0.33.jsonl",
                  f"{REGRESSIONS}/lora-limit-0.33.jsonl",
-                 "spec-decode", "hybrid-mamba"]
+                 f"{REGRESSIONS}/mamba-align-boundary-0.33.jsonl",
+                 "spec-decode", "hybrid-mamba-none"]
     drift = run_drift("upstream", NEW, workloads)
     roots = {c["class"]: set(c["root_in"]) for c in drift["classes"]}
     # prefill_schedule_interval held b back (local_prefill_interval)
@@ -32,8 +33,10 @@ def test_drift_0_32_to_0_33_names_each_switch_at_its_workload() -> None:
     assert "priority-self-preemption-0.33" in roots["scheduled_cached"]
     # a verified block stored one step earlier (cache_verified_blocks_on_output)
     assert roots["events"] == {"spec-decode"}
+    # b hits a's prompt-boundary state a step earlier (mamba_align_skips_keyed_boundary)
+    assert "mamba-align-boundary-0.33" in roots["scheduled_new"]
     # mamba prefix caching refused (mamba_prefix_caching_requires_align)
-    assert "hybrid-mamba" in roots["end"]
+    assert "hybrid-mamba-none" in roots["end"]
     end = next(c for c in drift["classes"] if c["class"] == "end")
     assert "Mamba prefix caching requires mamba_cache_mode='align'" in \
-        end["per_workload"]["hybrid-mamba"]["right"]
+        end["per_workload"]["hybrid-mamba-none"]["right"]
