@@ -142,8 +142,8 @@ EXTRA: dict[str, Callable[[], Workload]] = {
     "priority-mix-aborts": _with_aborts("priority-mix"),
     "preemption-storm-aborts": _with_aborts("preemption-storm"),
     **{f"{name}-async": _async(name) for name in (
-        "hybrid-sliding-window", "hybrid-chunked-local", "hybrid-mamba", "priority-mix",
-        "preemption-storm")},
+        "hybrid-sliding-window", "hybrid-chunked-local", "hybrid-mamba", "hybrid-mamba-none",
+        "priority-mix", "preemption-storm")},
 }
 
 

@@ -102,7 +102,7 @@ def test_suite_entries_show_what_they_cover_not_their_base(
                  "--against", "impl", "--report", str(out)]) == 0
     capsys.readouterr()
     page = (out / "conform.html").read_text()
-    assert "<b>Covers:</b> hybrid full + mamba." in page
+    assert "<b>Covers:</b> hybrid full + mamba, cache mode " in page
 
 
 def test_cached_ids_read_as_runs() -> None:
