@@ -65,7 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ImportError as err:
+        if "VTWIN_COMPILED" not in str(err):
+            raise
+        print(f"vtwin: error: {err}", file=sys.stderr)  # the compiled twin asked for, missing
+        return 2
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
