@@ -29,8 +29,8 @@ def test_both_refusing_the_config_is_agreement() -> None:
     assert result.error is None and result.steps == 0 and result.level_reached == "exact"
     assert result.refused == (
         "both systems refuse the config: left ValueError: kv_cache_groups[1].mamba_cache_mode: "
-        "vLLM 0.33.0 caches mamba prefixes only in 'align' mode, which the twin does not "
-        "implement; disable prefix caching; right AssertionError: Mamba prefix caching requires "
+        "vLLM 0.33.0 caches mamba prefixes only in 'align' mode; set mamba_cache_mode 'align' or "
+        "disable prefix caching; right AssertionError: Mamba prefix caching requires "
         "mamba_cache_mode='align'")
     assert judge(result, "exact", ())[0] == "passed"
 
