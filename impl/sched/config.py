@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
+from impl.connector.types import OffloadSettings
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.continuum.settings import ContinuumSettings
 
@@ -38,6 +39,9 @@ class SchedulerConfig:
     behaviour: Behaviour = DEFAULT_BEHAVIOUR
     # KV pinning across agent tool calls (`impl.sched.continuum`); read under policy continuum.
     continuum: ContinuumSettings | None = None
+    # A CPU offload tier behind the KV connector interface (`impl.connector`); None: no
+    # connector.
+    kv_connector: OffloadSettings | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",

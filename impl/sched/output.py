@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from impl.connector.types import KVConnectorOutput, OffloadMetadata
+
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
 PLACEHOLDER_DRAFT = -1
 
@@ -49,6 +51,8 @@ class SchedulerOutput:
     finished_req_ids: set[str]
     preempted_req_ids: set[str] | None = None
     num_common_prefix_blocks: list[int] = field(default_factory=list)
+    # What the KV connector wants the worker to move this step (None: no connector).
+    kv_connector_metadata: OffloadMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,8 @@ class ModelRunnerOutput:
     req_ids: list[str]
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
+    # The worker's connector report: transfers finished or failed (None: nothing to report).
+    kv_connector_output: KVConnectorOutput | None = None
 
 
 @dataclass(frozen=True, slots=True)

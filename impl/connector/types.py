@@ -1,0 +1,75 @@
+"""The records a KV connector exchanges with the scheduler and the worker.
+
+The scheduler asks the connector, per admitted request, how many tokens past the local prefix
+hit it can supply (`get_num_new_matched_tokens`), tells it which blocks were allocated for them
+(`update_state_after_alloc`) and hands the worker, every step, what the connector wants moved
+(`OffloadMetadata`). The worker answers in `KVConnectorOutput`: loads finished (by request),
+stores finished (by event), and what failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NO_EVENT = -1
+"""An event index meaning "nothing of this kind this step"."""
+
+LOAD_FAILURE_POLICIES = ("fail", "recompute")
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadSettings:
+    """The CPU offload tier's knobs. `num_cpu_blocks`: the CPU pool's size (upstream derives it
+    from a byte budget; the twin takes the count). `lazy_offload`: store GPU blocks only when
+    they near eviction (a cursor over the GPU free queue) instead of as soon as they are
+    computed. `load_failure_policy`: what a failed load does to its request: `fail` (upstream's
+    default) finishes it with an error, `recompute` recomputes from the last good block."""
+
+    num_cpu_blocks: int
+    lazy_offload: bool = False
+    load_failure_policy: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.num_cpu_blocks < 1:
+            raise ValueError(f"kv_connector.num_cpu_blocks: must be >= 1 "
+                             f"(got {self.num_cpu_blocks})")
+        if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
+                             f"(got {self.load_failure_policy!r})")
+
+
+@dataclass(slots=True)
+class OffloadMetadata:
+    """One step's transfers for the worker. At most one load event and one store event per
+    step; each is a flat, index-parallel list of GPU and CPU block ids. `load_event_to_reqs`
+    maps every load event still in flight to its requests (the worker reports finished loads by
+    request). `need_flush`: a request was preempted this step, so every transfer in flight must
+    finish before its blocks are reused."""
+
+    load_event: int = NO_EVENT
+    load_gpu_blocks: list[int] = field(default_factory=list)
+    load_cpu_blocks: list[int] = field(default_factory=list)
+    load_event_to_reqs: dict[int, list[str]] = field(default_factory=dict)
+    store_event: int = NO_EVENT
+    store_gpu_blocks: list[int] = field(default_factory=list)
+    store_cpu_blocks: list[int] = field(default_factory=list)
+    need_flush: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KVConnectorOutput:
+    """What the worker reports after a step. `finished_recving`: requests whose loads are done.
+    `completed_store_events`: store event -> workers that finished it (one worker here).
+    `invalid_block_ids`: GPU blocks whose load failed (their KV is garbage). `failed_recving`:
+    requests whose whole load failed."""
+
+    finished_recving: frozenset[str] = frozenset()
+    finished_sending: frozenset[str] = frozenset()
+    completed_store_events: tuple[tuple[int, int], ...] = ()
+    invalid_block_ids: frozenset[int] = frozenset()
+    failed_recving: frozenset[str] = frozenset()
+
+    def is_empty(self) -> bool:
+        return not (self.finished_recving or self.finished_sending
+                    or self.completed_store_events or self.invalid_block_ids
+                    or self.failed_recving)
