@@ -173,6 +173,15 @@ class SchedulerUpdates:
     def has_finished_requests(self) -> bool:
         return len(self.finished_req_ids) > 0
 
+    def has_requests(self) -> bool:
+        """Whether the engine must keep stepping: requests unfinished or just finished, KV
+        pins held, or a connector with stores still in flight (their completions arrive only
+        with a step's output)."""
+        connector = getattr(self, "connector", None)
+        return (self.has_unfinished_requests() or self.has_finished_requests()
+                or self.has_pins()
+                or (connector is not None and connector.has_pending_stores()))
+
     def has_pins(self) -> bool:
         """KV pins still held (continuum): the engine keeps stepping until they expire."""
         return self.continuum is not None and bool(self.continuum.pins)
