@@ -199,7 +199,7 @@ class ImplSystem:
         free = pool.get_num_free_blocks()
         cached = tuple(b.block_id for b in pool.blocks
                        if b.ref_cnt == 0 and b.block_hash is not None)
-        waiting = [r.request_id for r in s.skipped_waiting]
+        waiting = [r.request_id for r in s.kv_holding_waiting]
         waiting += [r.request_id for r in s.waiting]
         return SystemState(
             running=tuple(r.request_id for r in s.running),

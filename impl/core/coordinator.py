@@ -120,6 +120,17 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.free(request_id)
 
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Every group's blocks of the request, group after group, still referenced."""
+        return [block for manager in self.managers
+                for block in manager.pop_blocks_for_free(request_id)]
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed: int,
+                                          num_external: int) -> None:
+        for manager in self.managers:
+            manager.allocate_external_computed_blocks(request_id, num_local_computed,
+                                                      num_external)
+
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         for manager in self.managers:
             manager.remove_skipped_blocks(request_id, num_computed_tokens)
@@ -148,13 +159,14 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.new_step_starts()
 
-    def check_integrity(self) -> None:
+    def check_integrity(self, extra_holders: dict[int, int] | None = None) -> None:
         """Raise `IntegrityError` on a broken invariant of any group or of the pool.
 
         Each block's ref_cnt must equal the number of block tables (over every group) holding
-        it: the pool checks that against the `holders` counted here.
+        it, plus `extra_holders` (references held outside the tables: a connector's transfers,
+        frees deferred past a step in flight): the pool checks that against `holders`.
         """
-        holders: dict[int, int] = {}
+        holders: dict[int, int] = dict(extra_holders or {})
         for manager in self.managers:
             manager.check_integrity()
             for blocks in manager.req_to_blocks.values():

@@ -155,10 +155,15 @@ class KVCacheManager:
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
     ) -> KVCacheBlocks | None:
         """Slots for `num_new_tokens` (+ lookahead) more tokens; None if the pool is too small.
 
-        On None nothing changed, so the caller can preempt and retry.
+        On None nothing changed, so the caller can preempt and retry. `reserved_blocks` stay
+        out of reach (an asynchronous load must leave in-flight prefills what they still need).
+        Tokens a connector supplies (`num_external_computed_tokens`) get fresh blocks once
+        every group took its local hits; `delay_cache_blocks` leaves them unhashed until
+        they have arrived.
         """
         single = self._single_full
         if (single is not None and new_computed_blocks is None
@@ -185,7 +190,7 @@ class KVCacheManager:
             num_tokens_main=num_tokens_main,
         )
         free = self.block_pool.get_num_free_blocks()
-        if num_to_allocate > free:
+        if num_to_allocate > free - reserved_blocks:
             return None
         if full_sequence_must_fit:
             num_full = coordinator.get_num_blocks_to_allocate(
@@ -196,6 +201,9 @@ class KVCacheManager:
                 return None
         if any(computed) or request.request_id not in coordinator.managers[0].num_cached_block:
             coordinator.add_computed_blocks(request.request_id, computed, total_computed)
+            if num_external_computed_tokens > 0:
+                coordinator.allocate_external_computed_blocks(
+                    request.request_id, num_local_computed, num_external_computed_tokens)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
                                                      num_tokens_main)
         if self.enable_caching and not delay_cache_blocks:
@@ -235,6 +243,12 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)
 
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        return self.coordinator.pop_blocks_for_free(request.request_id)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        self.coordinator.remove_skipped_blocks(request_id, num_computed_tokens)
+
     def reset_prefix_cache(self) -> bool:
         if not self.block_pool.reset_prefix_cache():
             return False
@@ -258,9 +272,10 @@ class KVCacheManager:
     def take_events(self) -> list[KVCacheEvent]:
         return self.block_pool.take_events()
 
-    def check_integrity(self) -> None:
-        """Raise `IntegrityError` (survives `python -O`) if any cache structure is broken."""
-        self.coordinator.check_integrity()
+    def check_integrity(self, extra_holders: dict[int, int] | None = None) -> None:
+        """Raise `IntegrityError` (survives `python -O`) if any cache structure is broken;
+        `extra_holders`: block id -> references held outside the block tables."""
+        self.coordinator.check_integrity(extra_holders)
 
 
 __all__ = ["KVCacheBlock", "KVCacheBlocks", "KVCacheManager", "PrefixCacheStats"]

@@ -118,7 +118,9 @@ class SingleTypeKVCacheManager:
         else:
             self.block_pool.touch(new_computed_blocks)
             blocks.extend(new_computed_blocks)
-        self.num_cached_block[request_id] = len(new_computed_blocks)
+        # Every block so far is a hit or a null pad (more pads than hits only when a connector
+        # supplies tokens past the hits).
+        self.num_cached_block[request_id] = len(blocks)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         blocks = self.req_to_blocks.setdefault(request_id, [])
@@ -187,11 +189,31 @@ class SingleTypeKVCacheManager:
 
     def free(self, request_id: str) -> None:
         """Release all blocks of the request, tail first: the tail is the least reusable."""
-        blocks = self.req_to_blocks.pop(request_id, None)
-        self.num_cached_block.pop(request_id, None)
-        self.tail_registered.discard(request_id)
+        blocks = self.pop_blocks_for_free(request_id)
         if blocks:
             self.block_pool.free_blocks(reversed(blocks))
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Forget the request and hand back its blocks, in table order, still referenced: the
+        caller frees them (tail first), possibly later (a step in flight may still write)."""
+        self.num_cached_block.pop(request_id, None)
+        self.tail_registered.discard(request_id)
+        return self.req_to_blocks.pop(request_id, None) or []
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed: int,
+                                          num_external: int) -> None:
+        """Fresh blocks for tokens a KV connector will load, after every group took its local
+        hits (so one group's allocation cannot evict another's hits). Tokens this type skips
+        (left of a window) get none."""
+        total = num_local_computed + num_external
+        num_skipped = self.get_num_skipped_tokens(total)
+        if num_skipped > 0:
+            num_external = min(total - num_skipped, num_external)
+        if num_external <= 0:
+            return
+        blocks = self.req_to_blocks[request_id]
+        num_new = max(0, cdiv(total, self.block_size) - len(blocks))
+        blocks.extend(self.block_pool.get_new_blocks(num_new))
 
     def new_step_starts(self) -> None:
         """A scheduler step begins (subclasses reset per-step state)."""

@@ -8,10 +8,17 @@ they hold under `python -O` too.
 | where a request is      | its status                      | its KV blocks | computed tokens     |
 | ----------------------- | ------------------------------- | ------------- | ------------------- |
 | `running`               | RUNNING                         | any           | <= tokens + drafts  |
-| `waiting`/`skipped_...` | WAITING, WAITING_FOR_REMOTE_KVS | none          | 0                   |
-|                         | PREEMPTED                       | none          | 0                   |
+| `waiting`               | WAITING, PREEMPTED              | none          | 0                   |
+| `kv_holding_waiting`    | WAITING_FOR_REMOTE_KVS          | its own       | hit + loaded tokens |
+|                         | WAITING, PREEMPTED (loaded)     | its own, or   | > 0, or             |
+|                         |                                 | none          | 0 (load failed)     |
 | nowhere (finished)      | not in `requests` any more      | none          |                     |
 | pinned (continuum)      | finished, still in `requests`   | its own       | one pin per job     |
+| loading, finished       | finished, still in `requests`   | its own       | (aborted mid-load)  |
+
+With a connector, GPU blocks may also be held by its transfers and by frees deferred past a
+step in flight: the pool's reference counts are checked against all of those holders, and the
+CPU tier's pool against the connector's own pins.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
     places: dict[str, str] = {}
     _place(places, scheduler.running, "running")
     _place(places, scheduler.waiting, "waiting")
-    _place(places, scheduler.skipped_waiting, "skipped_waiting")
-    pinned = _check_pins(scheduler, places)
+    _place(places, scheduler.kv_holding_waiting, "kv_holding_waiting")
+    pinned = _check_pins(scheduler, places) | _loading_finished(scheduler)
     known = set(scheduler.requests) - pinned
     if set(places) != known:
         lost = sorted(known - set(places))
@@ -54,17 +61,26 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
         if not 0 <= request.num_computed_tokens <= limit:
             raise IntegrityError(f"scheduler: {request.request_id} computed "
                                  f"{request.num_computed_tokens} of {limit} tokens")
-    for request in _chain(scheduler.waiting, scheduler.skipped_waiting):
+    for request in _chain(scheduler.waiting, scheduler.kv_holding_waiting):
         if request.status not in _WAITING_STATUSES:
             raise IntegrityError(f"scheduler: {request.request_id} is waiting with status "
                                  f"{request.status.name}")
-        if request.num_computed_tokens != 0 and request.status != (
-                RequestStatus.WAITING_FOR_REMOTE_KVS):
-            raise IntegrityError(f"scheduler: waiting {request.request_id} has "
-                                 f"{request.num_computed_tokens} computed tokens")
-        if any(manager.get_block_ids(request.request_id)):
+        holds = (request.num_computed_tokens > 0
+                 or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS)
+        if holds and places[request.request_id] != "kv_holding_waiting":
+            raise IntegrityError(f"scheduler: {request.request_id} ({request.status.name}, "
+                                 f"{request.num_computed_tokens} computed) is in waiting")
+        if not holds and any(manager.get_block_ids(request.request_id)):
             raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
-    manager.check_integrity()
+    extra: dict[int, int] = {}
+    connector = getattr(scheduler, "connector", None)
+    if connector is not None:
+        extra = connector.gpu_pins()
+        connector.check_integrity()
+    for _, blocks in getattr(scheduler, "deferred_frees", ()):
+        for block in blocks:
+            extra[block.block_id] = extra.get(block.block_id, 0) + 1
+    manager.check_integrity(extra)
 
 
 def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]:
@@ -91,6 +107,21 @@ def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]
         pinned.add(rid)
         jobs.add(request.job_id)
     return pinned
+
+
+def _loading_finished(scheduler: SchedulerUpdates) -> set[str]:
+    """Finished requests whose load is still in flight: they keep their blocks (and their
+    place in `requests`) until the worker reports the load."""
+    connector = getattr(scheduler, "connector", None)
+    if connector is None:
+        return set()
+    loading = {rid for rid, state in connector.reqs_to_load.items() if state.finished}
+    for rid in loading:
+        request = scheduler.requests.get(rid)
+        if request is None or not request.is_finished():
+            raise IntegrityError(f"scheduler: load of {rid} marked finished, but the request "
+                                 "is not a finished one")
+    return loading
 
 
 def _place(places: dict[str, str], queue: Iterable[Request], name: str) -> None:

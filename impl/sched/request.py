@@ -44,7 +44,7 @@ class Request:
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
-        "_hasher",
+        "last_sched_seq", "_hasher",
     )
 
     def __init__(
@@ -92,6 +92,9 @@ class Request:
         # Tokens scheduled in steps whose output has not been applied (async scheduling): their
         # KV is being written, so blocks they attend to must not be freed yet.
         self.num_inflight_tokens = 0
+        # The last step (by the scheduler's count) that scheduled it: with deferred frees its
+        # blocks go back to the pool only after that step has been processed.
+        self.last_sched_seq = 0
         # Agent jobs (the continuum policy): the turns of one job share `job_id`; a turn a tool
         # call follows has `is_last_step` False and may keep its KV blocks pinned.
         self.job_id = job_id

@@ -10,10 +10,12 @@ causes the preemption churn it would otherwise feed.
 
 from __future__ import annotations
 
+from impl.connector.types import OffloadMetadata
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission_rules import AdmissionRules
 from impl.sched.config import SchedulerConfig, check_mamba_caching
+from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.continuum import trace_points
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
@@ -26,16 +28,12 @@ from impl.sched.output import (
 )
 from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.request import Request, RequestStatus
-from impl.sched.request_queue import (
-    FCFSRequestQueue,
-    PriorityRequestQueue,
-    create_request_queue,
-)
+from impl.sched.request_queue import create_request_queue
 from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates, AdmissionRules):
+class Scheduler(SchedulerUpdates, AdmissionRules, ConnectorPaths):
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:
         self.scheduler_config = scheduler_config
@@ -56,7 +54,9 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
         )
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
-        self.skipped_waiting = create_request_queue(self.policy)
+        # Waiting requests that hold KV blocks (loading from a connector, or loaded): admission
+        # drains them before `waiting`.
+        self.kv_holding_waiting = create_request_queue(self.policy)
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.prev_step_scheduled_req_ids: set[str] = set()
@@ -75,6 +75,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
         self.tracer: Tracer | None = None  # seed 002's per-step trace, when attached
         self.mamba_split = MambaAlignedSplit.setup(scheduler_config, kv_cache_config,
                                                    self.kv_cache_manager)  # None: no 'align'
+        self._setup_connector(scheduler_config, kv_cache_config)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -85,6 +86,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
         if self.tracer is not None:
             trace_points.snapshot(self, self.tracer)
         self.kv_cache_manager.new_step_starts()
+        self.step_external_hits = []
         plan = StepPlan(self.max_num_scheduled_tokens)
         hold_prefill = self.cadence.holds_prefill(self.running)
         self._schedule_running(plan, hold_prefill)
@@ -94,6 +96,12 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
                 self.cadence.admission_done(len(self.waiting) - len(self.deferred_waiting))
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
+        if self.has_connector:
+            output.kv_connector_metadata = (
+                self.connector.build_connector_meta(output) if self.connector is not None
+                else OffloadMetadata())
+            if self.defer_block_free and output.total_num_scheduled_tokens > 0:
+                self.sched_step_seq += 1
         self.cadence.step_done(output.total_num_scheduled_tokens,
                                plan.prefill_scheduled or plan.prefill_admitted)
         self._update_after_schedule(output)
@@ -200,23 +208,40 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
         no_prefill_running = not plan.prefill_running
         loras = self._loras_in_use(plan)
         skipped: list[Request] = []
-        while (self.waiting or self.skipped_waiting) and plan.token_budget > 0:
+        holding: list[Request] = []  # skipped requests that hold blocks
+        while (self.waiting or self.kv_holding_waiting) and plan.token_budget > 0:
             if len(self.running) == self.max_num_running_reqs:
                 break
-            queue = self._select_waiting_queue()
+            queue = self.kv_holding_waiting or self.waiting
             request = queue.peek_request()
-            if (loras is not None and request.lora_name is not None
-                    and len(loras) == config.max_loras and request.lora_name not in loras):
-                skipped.append(queue.pop_request())  # its adapter would exceed max_loras
+            if (request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                    and not self._remote_kv_ready(request)):
+                holding.append(queue.pop_request())  # its load is still in flight
                 self.deferred_waiting.add(request.request_id)
                 continue
+            if (loras is not None and request.lora_name is not None
+                    and len(loras) == config.max_loras and request.lora_name not in loras):
+                # its adapter would exceed max_loras
+                (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
+                self.deferred_waiting.add(request.request_id)
+                continue
+            num_external, load_async = 0, False
             if request.num_computed_tokens == 0:
                 hits, num_hit = kv.get_computed_blocks(request)
-                num_computed = num_hit
+                if self.connector is not None:
+                    num_external, load_async = self.connector.get_num_new_matched_tokens(
+                        request, num_hit)
+                    if request.skip_reading_prefix_cache:
+                        num_external, load_async = 0, False
+                num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
+            if load_async:
+                if not self._start_load(request, queue, hits, num_hit, num_external, holding):
+                    break
+                continue
             if hold_prefill and num_computed < request.num_tokens - 1:
                 break  # prompt left to compute: wait for a step that carries prefill
             num_new = request.num_tokens - num_computed
@@ -239,6 +264,9 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
             if blocks is None:
                 break
+            if self.connector is not None:
+                self.connector.update_state_after_alloc(request, kv.get_blocks(
+                    request.request_id), 0)
             if request.num_computed_tokens == 0:  # only admitted lookups count
                 kv.record_prefix_cache_stats(request, num_hit)
             queue.pop_request()
@@ -258,19 +286,12 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
             request.num_computed_tokens = num_computed
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
+            if self.has_connector and num_computed + num_new < request.num_tokens:
+                self.inflight_prefills[request.request_id] = request
         for request in reversed(skipped):  # back to the front, in their order
             self.waiting.prepend_request(request)
-
-    def _select_waiting_queue(self) -> FCFSRequestQueue | PriorityRequestQueue:
-        """FCFS drains requests skipped earlier first; priority compares the two heads."""
-        if self.policy != "priority":
-            return self.skipped_waiting or self.waiting
-        if self.waiting and self.skipped_waiting:
-            a, b = self.waiting.peek_request(), self.skipped_waiting.peek_request()
-            if (a.priority, a.arrival_time) < (b.priority, b.arrival_time):
-                return self.waiting
-            return self.skipped_waiting
-        return self.waiting or self.skipped_waiting
+        for request in reversed(holding):
+            self.kv_holding_waiting.prepend_request(request)
 
     def _victim_index(self, index: int) -> int:
         """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:
@@ -287,7 +308,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
 
     def _preempt_request(self, request: Request) -> None:
         assert request.status == RequestStatus.RUNNING
-        self.kv_cache_manager.free(request)
+        self._free_request_blocks(request)
+        self.inflight_prefills.pop(request.request_id, None)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
@@ -302,6 +324,10 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
             request.num_computed_tokens += num
             request.is_prefill_chunk = request.num_computed_tokens < (
                 len(request.all_token_ids) + request.num_output_placeholders)
+            if self.has_connector:
+                request.last_sched_seq = self.sched_step_seq
+                if not request.is_prefill_chunk:
+                    self.inflight_prefills.pop(req_id, None)
         self.prev_step_scheduled_req_ids = set(output.num_scheduled_tokens)
         self.finished_req_ids = set()
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.behaviour import Behaviour
+from impl.connector.types import KVConnectorOutput
 from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
@@ -31,7 +32,7 @@ class SchedulerUpdates:
     requests: dict[str, Request]
     running: list[Request]
     waiting: FCFSRequestQueue | PriorityRequestQueue
-    skipped_waiting: FCFSRequestQueue | PriorityRequestQueue
+    kv_holding_waiting: FCFSRequestQueue | PriorityRequestQueue
     finished_req_ids: set[str]
     kv_cache_manager: KVCacheManager
     max_model_len: int
@@ -40,6 +41,23 @@ class SchedulerUpdates:
     behaviour: Behaviour
     deferred_waiting: set[str]
     continuum: ContinuumPolicy | None
+    # The connector paths (`impl.sched.connector_paths.ConnectorPaths`).
+    has_connector: bool
+    defer_block_free: bool
+    processed_step_seq: int
+    recompute_kv_load_failures: bool
+    finished_recving_kv_req_ids: set[str]
+    failed_recving_kv_req_ids: set[str]
+    inflight_prefills: dict[str, Request]
+
+    if TYPE_CHECKING:  # provided by `ConnectorPaths` (declared here for the type checker)
+        def _drain_deferred_frees(self) -> None: ...
+        def _free_request_blocks(self, request: Request) -> None: ...
+        def _free_blocks(self, request: Request) -> None: ...
+        def _connector_finished(self, request: Request) -> bool: ...
+        def _handle_invalid_blocks(self, invalid: frozenset[int],
+                                   num_scheduled: dict[str, int]) -> set[str]: ...
+        def _update_from_kv_xfer_finished(self, output: KVConnectorOutput) -> None: ...
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -58,13 +76,21 @@ class SchedulerUpdates:
         req_id_to_index = model_runner_output.req_id_to_index
         all_drafts = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
+        kv_output = model_runner_output.kv_connector_output
+        if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
+            self.processed_step_seq += 1  # every write of this and earlier steps is done
+            self._drain_deferred_frees()
+        failed_loads: set[str] = set()
+        if kv_output is not None and kv_output.invalid_block_ids:
+            failed_loads = self._handle_invalid_blocks(kv_output.invalid_block_ids,
+                                                       scheduler_output.num_scheduled_tokens)
         # `Request.is_finished()` inlined on the hot path: statuses after PREEMPTED are the
         # finished ones (see `RequestStatus`).
         finished_after = RequestStatus.PREEMPTED
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
-            if request is None or request.status > finished_after:
-                continue  # finished (aborted) while its step was in flight
+            if request is None or request.status > finished_after or req_id in failed_loads:
+                continue  # finished (aborted) while its step was in flight, or its load failed
             index = req_id_to_index.get(req_id)
             generated = sampled[index] if index is not None and sampled else None
             drafts = all_drafts.get(req_id) if all_drafts else None
@@ -97,6 +123,14 @@ class SchedulerUpdates:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
+            self.kv_holding_waiting.remove_requests(stopped_waiting)
+        if failed_loads and not self.recompute_kv_load_failures:
+            for request in self.finish_requests(sorted(failed_loads),
+                                                RequestStatus.FINISHED_ERROR):
+                outputs.append(EngineCoreOutput(request.request_id, [],
+                                                request.get_finished_reason()))
+        if kv_output is not None:
+            self._update_from_kv_xfer_finished(kv_output)
         return outputs
 
     def _cache_verified_blocks(self, request: Request, num_trimmed: int,
@@ -141,20 +175,28 @@ class SchedulerUpdates:
         waiting = [r for r in valid if r.request_id not in running]
         if waiting:
             self.waiting.remove_requests(waiting)
-            self.skipped_waiting.remove_requests(waiting)
+            self.kv_holding_waiting.remove_requests(waiting)
         for request in valid:
+            delay_free = False
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                # Its load is in flight: the blocks stay until the worker reports it.
+                delay_free = request.request_id not in self.finished_recving_kv_req_ids
+                self.finished_recving_kv_req_ids.discard(request.request_id)
+                self.failed_recving_kv_req_ids.discard(request.request_id)
             request.status = finished_status
-            self._free_request(request)
+            self._free_request(request, delay_free)
         return valid
 
-    def _free_request(self, request: Request) -> None:
+    def _free_request(self, request: Request, delay_free: bool = False) -> None:
         assert request.is_finished()
+        self.inflight_prefills.pop(request.request_id, None)
+        delay_free |= self._connector_finished(request)
         self.finished_req_ids.add(request.request_id)
         self.deferred_waiting.discard(request.request_id)
         if self.continuum is not None and self.continuum.on_finish(request):
             return  # pinned: its blocks stay for the job's next turn (`ContinuumPolicy`)
-        self.kv_cache_manager.free(request)
-        del self.requests[request.request_id]
+        if not delay_free:
+            self._free_blocks(request)
 
     def check_integrity(self) -> None:
         """Queues, statuses and block ownership agree (see `impl.sched.integrity`), then the KV
@@ -162,16 +204,20 @@ class SchedulerUpdates:
         check_scheduler_integrity(self)
 
     def get_request_counts(self) -> tuple[int, int]:
-        return len(self.running), len(self.waiting) + len(self.skipped_waiting)
+        return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.waiting) + len(self.skipped_waiting) + len(self.running)
+        return len(self.waiting) + len(self.kv_holding_waiting) + len(self.running)
 
     def has_unfinished_requests(self) -> bool:
         return self.get_num_unfinished_requests() > 0
 
     def has_finished_requests(self) -> bool:
-        return len(self.finished_req_ids) > 0
+        """Requests finished this step, or (with a connector) finished but still holding
+        blocks until a transfer reports back."""
+        if self.finished_req_ids:
+            return True
+        return self.has_connector and len(self.requests) > self.get_num_unfinished_requests()
 
     def has_requests(self) -> bool:
         """Whether the engine must keep stepping: requests unfinished or just finished, KV

@@ -25,7 +25,7 @@ def snapshot(scheduler: Scheduler, tracer: Tracer) -> None:
     tracer.calls += 1
     tracer.add(StepSnapshot(
         step=tracer.step, num_running=len(scheduler.running),
-        num_waiting=len(scheduler.waiting) + len(scheduler.skipped_waiting),
+        num_waiting=len(scheduler.waiting) + len(scheduler.kv_holding_waiting),
         free_blocks=pool.get_num_free_blocks(), total_blocks=pool.num_gpu_blocks,
         gpu_cached_blocks=sum(1 for b in pool.blocks if b.block_hash is not None),
         cpu_free_blocks=None, cpu_total_blocks=None, cpu_cached_blocks=None,

@@ -1,0 +1,279 @@
+"""`SimpleCPUOffloadScheduler`: the scheduler side of the CPU offload tier (seed 003).
+
+The CPU tier is a second `BlockPool` (built by a coordinator over the GPU's KV-cache groups,
+`num_cpu_blocks` long, prefix caching always on) holding copies of GPU blocks under the same
+hashes. Two flows cross it:
+
+* **Loads.** At admission, after the local (GPU) prefix hit, `get_num_new_matched_tokens` looks
+  the rest of the prompt's hashes up in the CPU pool and pins what it finds. Once the scheduler
+  has allocated GPU blocks for those tokens, `update_state_after_alloc` pairs each CPU block
+  with its GPU destination and pins both until the worker reports the load done (by request).
+  Loads are always asynchronous: the request waits (WAITING_FOR_REMOTE_KVS) meanwhile.
+* **Stores.** Eager mode copies every block a request confirms (computed and hashed) as soon as
+  the scheduler has seen it computed; lazy mode walks the GPU free queue from a cursor and
+  copies cached blocks before the allocator would evict them. A store pins its GPU source and
+  CPU destination; when the worker reports the store event done, the CPU block takes the GPU
+  block's hash (it becomes findable) and both pins drop, so the CPU copy joins the CPU LRU.
+
+Every pin is a plain reference on a block, so the pools' own invariants (`check_integrity`)
+cover the connector's bookkeeping too: `check_integrity` here adds the holders it knows about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from impl.connector.offload_state import (
+    CPUHit,
+    LoadState,
+    StoreState,
+    Transfer,
+    free_hit,
+    hit_view,
+)
+from impl.connector.offload_stores import OffloadStores
+from impl.connector.types import NO_EVENT, KVConnectorOutput, OffloadMetadata, OffloadSettings
+from impl.core.block_pool import BlockPool
+from impl.core.coordinator import get_kv_cache_coordinator
+from impl.core.kv_cache_manager import KVCacheBlocks
+from impl.core.specs import FullAttentionSpec, KVCacheConfig
+from vtwin.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
+
+
+class SimpleCPUOffloadScheduler(OffloadStores):
+    def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
+                 hash_block_size: int, max_num_batched_tokens: int) -> None:
+        super().__init__()
+        self.settings = settings
+        cpu_config = KVCacheConfig(settings.num_cpu_blocks, kv_cache_config.kv_cache_groups,
+                                   kv_cache_config.prefix_cache_retention_interval)
+        self.cpu_coordinator = get_kv_cache_coordinator(
+            cpu_config, enable_caching=True, hash_block_size=hash_block_size,
+            enable_kv_cache_events=False)
+        self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool
+        self.num_cpu_blocks = settings.num_cpu_blocks
+        self.block_size = self.cpu_coordinator.scheduler_block_size
+        self.hash_block_size = hash_block_size
+        self.group_block_sizes = [g.kv_cache_spec.block_size
+                                  for g in kv_cache_config.kv_cache_groups]
+        self.fa_group = next(i for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                             if isinstance(g.kv_cache_spec, FullAttentionSpec))
+        self.lazy = settings.lazy_offload
+        self.target_free = (lazy_target_blocks(kv_cache_config, max_num_batched_tokens)
+                            if self.lazy else 0)
+        self.reqs_to_load: dict[str, LoadState] = {}
+        self.load_event_to_reqs: dict[int, list[str]] = {}
+        self.pending_hits: dict[str, CPUHit] = {}
+        self.load_event_counter = 0
+
+    # -- loads ------------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Request,
+                                   num_computed_tokens: int) -> tuple[int, bool]:
+        """Tokens past the local hit the CPU pool holds, and whether they load asynchronously
+        (always, when there are any). The blocks found are pinned until the matching
+        `update_state_after_alloc` (a retry first drops the previous pin). The last prompt
+        token is never a hit: the scheduler must compute it to sample."""
+        stale = self.pending_hits.pop(request.request_id, None)
+        if stale is not None:
+            free_hit(self.cpu_block_pool, stale)
+        if request.skip_reading_prefix_cache or num_computed_tokens % self.block_size:
+            return 0, False
+        remaining = request.block_hashes[num_computed_tokens // self.hash_block_size:]
+        max_hit = request.num_tokens - 1 - num_computed_tokens
+        if not remaining or max_hit <= 0:
+            return 0, False
+        blocks, hit = self.cpu_coordinator.find_longest_cache_hit(hit_view(remaining), max_hit)
+        if hit <= 0:
+            return 0, False
+        self.cpu_block_pool.touch([b for group in blocks for b in group if not b.is_null])
+        self.pending_hits[request.request_id] = CPUHit(blocks, num_computed_tokens)
+        return hit, True
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int) -> None:
+        """Register the request for eager stores; if the scheduler took an external hit, pair
+        its first `num_external_tokens` worth of CPU blocks with the GPU blocks just allocated
+        after the local hit, and pin both for the load."""
+        req_id = request.request_id
+        gpu_ids_by_group = blocks.get_block_ids()
+        if not self.lazy and req_id not in self.reqs_to_store:
+            self.reqs_to_store[req_id] = StoreState(
+                request, tuple([] for _ in gpu_ids_by_group), [0] * len(gpu_ids_by_group))
+        pending = self.pending_hits.pop(req_id, None)
+        if pending is None:
+            return
+        if num_external_tokens == 0:
+            free_hit(self.cpu_block_pool, pending)
+            return
+        gpu_ids: list[int] = []
+        cpu_blocks = []
+        for group, cpu_group in enumerate(pending.blocks):
+            size = self.group_block_sizes[group]
+            taken = cpu_group[:-(-num_external_tokens // size)]
+            start = pending.num_computed_tokens // size
+            for index, cpu_block in enumerate(taken):
+                if cpu_block.is_null:
+                    continue
+                gpu_ids.append(gpu_ids_by_group[group][start + index])
+                cpu_blocks.append(cpu_block)
+        self.cpu_block_pool.touch(cpu_blocks)
+        free_hit(self.cpu_block_pool, pending)
+        gpu_pool = self.gpu_pool
+        gpu_pool.touch([gpu_pool.blocks[i] for i in gpu_ids])
+        self.reqs_to_load[req_id] = LoadState(
+            request, Transfer(gpu_ids, [b.block_id for b in cpu_blocks]))
+
+    def build_connector_meta(self, output: SchedulerOutput) -> OffloadMetadata:
+        """This step's store event (blocks chosen now, plus stores queued by finished
+        requests) and load event (every registered load not yet sent)."""
+        meta = OffloadMetadata(need_flush=bool(output.preempted_req_ids))
+        store = self.prepare_stores(output)
+        for queued in self.pending_finished_stores:
+            store.gpu_block_ids.extend(queued.gpu_block_ids)
+            store.cpu_block_ids.extend(queued.cpu_block_ids)
+        self.pending_finished_stores.clear()
+        if store.gpu_block_ids:
+            meta.store_event = event = self.store_event_counter
+            self.store_event_counter += 1
+            self.store_event_to_blocks[event] = Transfer(store.gpu_block_ids,
+                                                         store.cpu_block_ids)
+            if store.req_ids:
+                self.store_event_to_reqs[event] = store.req_ids
+                for req_id in store.req_ids:
+                    state = self.reqs_to_store.get(req_id)
+                    if state is not None:
+                        state.store_events.add(event)
+            meta.store_gpu_blocks = store.gpu_block_ids
+            meta.store_cpu_blocks = store.cpu_block_ids
+        new_loads = [(req_id, load) for req_id, load in self.reqs_to_load.items()
+                     if load.load_event is None]
+        if new_loads:
+            meta.load_event = event = self.load_event_counter
+            self.load_event_counter += 1
+            for _, load in new_loads:
+                load.load_event = event
+                meta.load_gpu_blocks.extend(load.transfer.gpu_block_ids)
+                meta.load_cpu_blocks.extend(load.transfer.cpu_block_ids)
+            self.load_event_to_reqs[event] = [req_id for req_id, _ in new_loads]
+        meta.load_event_to_reqs = {e: list(r) for e, r in self.load_event_to_reqs.items()}
+        return meta
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Finished loads release their pins (by request); finished store events publish their
+        CPU copies (one worker: a single report completes an event)."""
+        for req_id in sorted(output.finished_recving):
+            self.cleanup_load(req_id)
+        for event, _count in output.completed_store_events:
+            self.process_store_event(event)
+
+    def request_finished(self, request: Request,
+                         block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
+        """Queue the request's confirmed blocks not stored yet (eager), drop its pending hit,
+        and clean its load/store bookkeeping now, or when its transfers in flight finish.
+        GPU blocks are protected by their own pins, so the scheduler may free at once."""
+        self.queue_finished_store(request, block_ids)
+        req_id = request.request_id
+        pending = self.pending_hits.pop(req_id, None)
+        if pending is not None:
+            free_hit(self.cpu_block_pool, pending)
+        load = self.reqs_to_load.get(req_id)
+        if load is not None:
+            if load.load_event is not None:
+                load.finished = True
+            else:
+                self.cleanup_load(req_id)
+        if not self.lazy:
+            store = self.reqs_to_store.get(req_id)
+            if store is not None:
+                if store.store_events:
+                    store.finished = True
+                else:
+                    self.cleanup_store_request(req_id)
+        return False, None
+
+    def cleanup_load(self, req_id: str) -> None:
+        state = self.reqs_to_load.pop(req_id, None)
+        if state is None:
+            return
+        if state.load_event is not None:
+            reqs = self.load_event_to_reqs.get(state.load_event)
+            if reqs is not None:
+                if req_id in reqs:
+                    reqs.remove(req_id)
+                if not reqs:
+                    del self.load_event_to_reqs[state.load_event]
+        self.release(state.transfer)
+
+    def release(self, transfer: Transfer) -> None:
+        """Drop a transfer's pins on both tiers, CPU first, in transfer order."""
+        cpu, gpu = self.cpu_block_pool, self.gpu_pool
+        cpu.free_blocks([cpu.blocks[i] for i in transfer.cpu_block_ids])
+        gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
+
+    # -- state ------------------------------------------------------------------------------
+    def has_pending_stores(self) -> bool:
+        return bool(self.pending_finished_stores or self.store_event_to_blocks)
+
+    def gpu_pins(self) -> dict[int, int]:
+        """GPU block id -> references the connector holds on it (loads and stores)."""
+        pins: dict[int, int] = {}
+        for transfer in self._transfers():
+            for block_id in transfer.gpu_block_ids:
+                pins[block_id] = pins.get(block_id, 0) + 1
+        return pins
+
+    def cpu_pins(self) -> dict[int, int]:
+        """CPU block id -> references: transfers in flight and pending hits."""
+        pins: dict[int, int] = {}
+        for transfer in self._transfers():
+            for block_id in transfer.cpu_block_ids:
+                pins[block_id] = pins.get(block_id, 0) + 1
+        for hit in self.pending_hits.values():
+            for group in hit.blocks:
+                for block in group:
+                    if not block.is_null:
+                        pins[block.block_id] = pins.get(block.block_id, 0) + 1
+        return pins
+
+    def _transfers(self) -> Iterable[Transfer]:
+        yield from (state.transfer for state in self.reqs_to_load.values())
+        yield from self.store_event_to_blocks.values()
+        yield from self.pending_finished_stores
+
+    def check_integrity(self) -> None:
+        """The CPU pool's invariants with the connector's pins as its holders, and the
+        bookkeeping's own: every sent load is listed under its event and vice versa."""
+        self.cpu_block_pool.check_integrity(self.cpu_pins())
+        for req_id, state in self.reqs_to_load.items():
+            if state.load_event is not None and req_id not in self.load_event_to_reqs.get(
+                    state.load_event, ()):
+                raise IntegrityError(f"offload: load of {req_id} missing from event "
+                                     f"{state.load_event}")
+        for event, reqs in self.load_event_to_reqs.items():
+            for req_id in reqs:
+                if self.reqs_to_load.get(req_id, None) is None:
+                    raise IntegrityError(f"offload: load event {event} lists {req_id}, "
+                                         "which has no load")
+        if self.store_event_counter and NO_EVENT in self.store_event_to_blocks:
+            raise IntegrityError("offload: a store registered under no event")
+
+
+def lazy_target_blocks(kv_cache_config: KVCacheConfig, max_num_batched_tokens: int) -> int:
+    """GPU blocks lazy mode keeps covered (free, or offloaded and so safe to evict) ahead of
+    the allocator: one step's worth of blocks per group (a window's worth for sliding
+    windows), doubled as headroom."""
+    from impl.core.specs import SlidingWindowSpec
+
+    target = 0
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if isinstance(spec, SlidingWindowSpec):
+            target += -(-spec.sliding_window // spec.block_size) + 1
+        else:
+            target += -(-max_num_batched_tokens // spec.block_size)
+    return target * 2

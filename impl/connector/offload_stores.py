@@ -1,0 +1,248 @@
+"""Which GPU blocks the CPU offload tier copies, and what a finished copy publishes.
+
+Eager mode follows each request's block table as the worker sees it (the step's new and cached
+request data) and stores every block whose tokens are *confirmed*: computed before this step
+and not async placeholders, hashed, not already on the CPU and not already being copied. A
+block computed in this step is stored by a later step (or, if the request finishes first, by
+the finish-time flush). Lazy mode stores nothing for running requests: it walks the GPU free
+queue in eviction order from where it stopped last time and copies the cached blocks that are
+about to be evicted, at most `target_free` blocks ahead of the allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from impl.connector.offload_state import StoreBatch, StoreState, Transfer
+from impl.core.block import KVCacheBlock
+from impl.core.block_pool import BlockPool
+from impl.core.coordinator import KVCacheCoordinator
+from impl.core.hashing import hashes_at_block_size
+
+if TYPE_CHECKING:
+    from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
+
+
+class OffloadStores:
+    cpu_block_pool: BlockPool
+    cpu_coordinator: KVCacheCoordinator
+    group_block_sizes: list[int]
+    hash_block_size: int
+    lazy: bool
+    target_free: int
+
+    def __init__(self) -> None:
+        self._gpu_pool: BlockPool | None = None
+        self.cursor: KVCacheBlock | None = None  # lazy: the last free block scanned
+        self.store_event_to_blocks: dict[int, Transfer] = {}
+        self.store_event_to_reqs: dict[int, list[str]] = {}
+        self.reqs_to_store: dict[str, StoreState] = {}  # eager only
+        self.in_flight_store_gpu_blocks: set[int] = set()
+        self.pending_finished_stores: list[Transfer] = []
+        self.store_event_counter = 0
+
+    def bind_gpu_block_pool(self, pool: BlockPool) -> None:
+        self._gpu_pool = pool
+
+    @property
+    def gpu_pool(self) -> BlockPool:
+        if self._gpu_pool is None:
+            raise RuntimeError("offload: the GPU block pool is not bound yet")
+        return self._gpu_pool
+
+    def prepare_stores(self, output: SchedulerOutput) -> StoreBatch:
+        return self._lazy_stores() if self.lazy else self._eager_stores(output)
+
+    # -- eager --------------------------------------------------------------------------------
+    def _eager_stores(self, output: SchedulerOutput) -> StoreBatch:
+        batch = StoreBatch()
+        gpu, cpu = self.gpu_pool, self.cpu_block_pool
+        num_groups = len(self.group_block_sizes)
+        for req_id in sorted(output.preempted_req_ids or ()):
+            state = self.reqs_to_store.get(req_id)
+            if state is not None:  # it resumes with a whole new block table
+                state.block_ids = tuple([] for _ in range(num_groups))
+                state.num_stored_blocks = [0] * num_groups
+        for req_id, new_ids in _new_block_ids(output):
+            state = self.reqs_to_store.get(req_id)
+            if state is None or state.finished:
+                continue
+            if new_ids is not None:
+                for group in range(min(num_groups, len(new_ids))):
+                    state.block_ids[group].extend(new_ids[group])
+            if not output.num_scheduled_tokens.get(req_id, 0):
+                continue
+            gpu_ids, advanced = self.select_confirmed(state, state.block_ids)
+            if gpu_ids:
+                cpu_ids = [b.block_id for b in cpu.get_new_blocks(len(gpu_ids))]
+                batch.req_ids.append(req_id)
+                batch.gpu_block_ids.extend(gpu_ids)
+                batch.cpu_block_ids.extend(cpu_ids)
+                self.in_flight_store_gpu_blocks.update(gpu_ids)
+                gpu.touch([gpu.blocks[i] for i in gpu_ids])
+            for group in range(num_groups):
+                state.num_stored_blocks[group] += advanced[group]
+        batch.req_ids = list(dict.fromkeys(batch.req_ids))
+        return batch
+
+    def select_confirmed(self, state: StoreState, block_ids: tuple[list[int], ...],
+                         ) -> tuple[list[int], list[int]]:
+        """GPU blocks of `state`'s request ready to store, from each group's cursor up to its
+        confirmed tokens (at most as many as the CPU pool has free blocks), and how far each
+        group's cursor advances (blocks skipped as null, unhashed, in flight or already on the
+        CPU count as scanned). A null block (left a sliding window) is stored from the GPU
+        prefix cache if its hash is still there."""
+        gpu = self.gpu_pool
+        chosen: list[int] = []
+        advanced = [0] * len(self.group_block_sizes)
+        request = state.request
+        confirmed = request.num_computed_tokens - request.num_output_placeholders
+        num_free = self.cpu_block_pool.get_num_free_blocks()
+        for group, group_ids in enumerate(block_ids):
+            if len(chosen) >= num_free:
+                break
+            size = self.group_block_sizes[group]
+            ready = min(len(group_ids), self._cacheable(confirmed) // size)
+            hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)
+            for index in range(state.num_stored_blocks[group], ready):
+                block = gpu.blocks[group_ids[index]]
+                if block.is_null:
+                    found = (gpu.get_cached_block(hashes[index], [group])
+                             if index < len(hashes) else None)
+                    if not found:
+                        advanced[group] += 1
+                        continue
+                    block = found[0]
+                if not self._store_ready(block):
+                    advanced[group] += 1
+                    continue
+                if len(chosen) >= num_free:
+                    break
+                chosen.append(block.block_id)
+                advanced[group] += 1
+        return chosen, advanced
+
+    def _cacheable(self, num_tokens: int) -> int:
+        """Tokens the CPU coordinator could cache: hybrid hits are aligned to the scheduler
+        block size, so only that prefix is worth storing."""
+        if len(self.group_block_sizes) == 1:
+            return num_tokens
+        align = self.cpu_coordinator.scheduler_block_size
+        return num_tokens - num_tokens % align
+
+    def _store_ready(self, block: KVCacheBlock) -> bool:
+        if block.is_null or block.block_hash is None:
+            return False
+        if block.block_id in self.in_flight_store_gpu_blocks:
+            return False
+        return self.cpu_block_pool.get_cached_block(block.block_hash,
+                                                    [block.hash_group_id]) is None
+
+    def queue_finished_store(self, request: Request, block_ids: tuple[list[int], ...]) -> None:
+        """Eager: a finishing request's confirmed blocks not stored yet go with the next store
+        event (blocks computed by its last steps would otherwise never reach the CPU)."""
+        state = self.reqs_to_store.get(request.request_id)
+        if state is None or self._gpu_pool is None:
+            return
+        gpu_ids, _ = self.select_confirmed(state, block_ids)
+        if not gpu_ids:
+            return
+        cpu_ids = [b.block_id for b in self.cpu_block_pool.get_new_blocks(len(gpu_ids))]
+        self.pending_finished_stores.append(Transfer(gpu_ids, cpu_ids))
+        self.in_flight_store_gpu_blocks.update(gpu_ids)
+        gpu = self.gpu_pool
+        gpu.touch([gpu.blocks[i] for i in gpu_ids])
+
+    def cleanup_store_request(self, req_id: str) -> None:
+        state = self.reqs_to_store.pop(req_id, None)
+        if state is None:
+            return
+        for event in sorted(state.store_events):
+            reqs = self.store_event_to_reqs.get(event)
+            if reqs is not None:
+                if req_id in reqs:
+                    reqs.remove(req_id)
+                if not reqs:
+                    del self.store_event_to_reqs[event]
+        state.store_events.clear()
+
+    # -- lazy ---------------------------------------------------------------------------------
+    def _lazy_stores(self) -> StoreBatch:
+        batch = StoreBatch()
+        if self.target_free <= 0 or self._gpu_pool is None:
+            return batch
+        gpu, cpu = self.gpu_pool, self.cpu_block_pool
+        num_cpu_free = cpu.get_num_free_blocks()
+        if self.cursor is not None and self.cursor.ref_cnt > 0:
+            self.cursor = None  # it left the free queue: start again from the head
+        last = self.cursor
+        for covered, block in enumerate(_free_blocks_after(gpu, self.cursor)):
+            if covered >= self.target_free or len(batch.gpu_block_ids) >= num_cpu_free:
+                break
+            last = block
+            if (block.block_hash is not None and not block.is_null
+                    and cpu.get_cached_block(block.block_hash, [block.hash_group_id]) is None):
+                batch.gpu_block_ids.append(block.block_id)
+        self.cursor = last
+        if batch.gpu_block_ids:
+            batch.cpu_block_ids = [b.block_id for b in
+                                   cpu.get_new_blocks(len(batch.gpu_block_ids))]
+            gpu.touch([gpu.blocks[i] for i in batch.gpu_block_ids])
+        return batch
+
+    # -- completion ---------------------------------------------------------------------------
+    def process_store_event(self, event: int) -> None:
+        """A store event finished: its CPU copies take their GPU sources' hashes, every pin
+        drops (CPU copies join the CPU LRU as cached blocks), and eager requests that only
+        waited for it are cleaned up. Unknown events (stale) are ignored."""
+        transfer = self.store_event_to_blocks.pop(event, None)
+        if transfer is None:
+            return
+        if not self.lazy:
+            self.in_flight_store_gpu_blocks.difference_update(transfer.gpu_block_ids)
+        gpu, cpu = self.gpu_pool, self.cpu_block_pool
+        cpu_blocks = [cpu.blocks[i] for i in transfer.cpu_block_ids]
+        for gpu_id, cpu_block in zip(transfer.gpu_block_ids, cpu_blocks, strict=True):
+            source = gpu.blocks[gpu_id]
+            block_hash = source.block_hash
+            if block_hash is None or cpu_block.block_hash == block_hash:
+                continue
+            cpu_block.block_hash = block_hash
+            cpu_block.hash_group_id = source.hash_group_id
+            cpu.hash_map(source.hash_group_id).insert(block_hash, cpu_block)
+        cpu.free_blocks(cpu_blocks)
+        gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
+        if self.lazy:
+            return
+        for req_id in self.store_event_to_reqs.pop(event, []):
+            state = self.reqs_to_store.get(req_id)
+            if state is None:
+                continue
+            state.store_events.discard(event)
+            if state.finished and not state.store_events:
+                self.cleanup_store_request(req_id)
+
+
+def _new_block_ids(output: SchedulerOutput,
+                   ) -> Iterator[tuple[str, tuple[list[int], ...] | None]]:
+    """(request id, block ids new to the worker) for every request the step schedules: new
+    requests' whole tables first, then running and resumed ones."""
+    for new in output.scheduled_new_reqs:
+        yield new.req_id, new.block_ids
+    cached = output.scheduled_cached_reqs
+    yield from zip(cached.req_ids, cached.new_block_ids, strict=True)
+
+
+def _free_blocks_after(pool: BlockPool, cursor: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
+    """Free blocks in eviction order after `cursor` (all of them when None). The twin's queue
+    is keyed by block id, not linked through the blocks, so this skips to the cursor first."""
+    blocks = iter(pool.free_block_queue)
+    if cursor is not None:
+        for block in blocks:
+            if block is cursor:
+                break
+        else:
+            return
+    yield from blocks

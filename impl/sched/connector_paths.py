@@ -1,0 +1,253 @@
+"""The scheduler's side of a KV connector (here: the CPU offload tier, `impl.connector`).
+
+What changes when a connector is configured:
+
+* **Asynchronous loads.** A request whose prompt continues on the CPU tier gets GPU blocks for
+  those tokens at admission and then waits (WAITING_FOR_REMOTE_KVS) in `kv_holding_waiting`, a
+  queue admission drains before `waiting`, until the worker reports its load finished; only
+  then are the loaded blocks hashed and the request scheduled. Such an admission must leave
+  the blocks in-flight prefills still need (`reserved_blocks`), or it could starve them.
+* **Failed loads.** The worker reports blocks whose load failed: the request's computed tokens
+  are cut at the first bad block; under `recompute` it carries on from there, under `fail` it
+  finishes with an error.
+* **Finishing.** The connector sees the finished request's block table (out-of-window blocks
+  dropped first) before the blocks are freed; a request aborted mid-load keeps its blocks until
+  the load reports back.
+* **Deferred frees.** With overlapping steps (async scheduling), a consumer connector could
+  load into blocks a step in flight still writes, so freed blocks return to the pool only once
+  every step that scheduled their request has been processed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.types import KVConnectorOutput
+from impl.core.block import KVCacheBlock
+from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from impl.core.single_type_manager import cdiv
+from impl.core.specs import KVCacheConfig, MambaSpec
+from impl.sched.config import SchedulerConfig
+from impl.sched.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+
+
+class ConnectorPaths:
+    kv_cache_manager: KVCacheManager
+    requests: dict[str, Request]
+    running: list[Request]
+    kv_holding_waiting: FCFSRequestQueue | PriorityRequestQueue
+    num_spec_tokens: int
+    num_lookahead_tokens: int
+    max_model_len: int
+    scheduler_config: SchedulerConfig
+    deferred_waiting: set[str]
+
+    def _setup_connector(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
+        settings = config.kv_connector
+        self.has_connector = settings is not None
+        # The offload tier needs prefix caching; without it the connector stays inert.
+        self.connector: SimpleCPUOffloadScheduler | None = None
+        if settings is not None and config.enable_prefix_caching:
+            check_offload_supported(config, kv_cache_config)
+            self.connector = SimpleCPUOffloadScheduler(
+                settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
+                max_num_batched_tokens=config.max_num_batched_tokens)
+            self.connector.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
+        self.recompute_kv_load_failures = (settings is not None
+                                           and settings.load_failure_policy == "recompute")
+        self.defer_block_free = settings is not None and config.async_scheduling
+        self.sched_step_seq = 0
+        self.processed_step_seq = 0
+        self.deferred_frees: deque[tuple[int, list[KVCacheBlock]]] = deque()
+        self.finished_recving_kv_req_ids: set[str] = set()
+        self.failed_recving_kv_req_ids: set[str] = set()
+        # Requests still prefilling (admitted with more prompt to go, or loading): what they
+        # still need is reserved against asynchronous loads.
+        self.inflight_prefills: dict[str, Request] = {}
+        self.step_external_hits: list[tuple[str, int]] = []
+        num_spec = (1 + config.num_spec_tokens + config.num_lookahead_tokens
+                    if config.num_spec_tokens else 0)
+        self.spec_decode_step_blocks = sum(
+            cdiv(num_spec, g.kv_cache_spec.block_size) for g in kv_cache_config.kv_cache_groups
+            if not isinstance(g.kv_cache_spec, MambaSpec))
+
+    # -- admission --------------------------------------------------------------------------
+    def _remote_kv_ready(self, request: Request) -> bool:
+        """A request waiting for its load: False while in flight; once reported, its loaded
+        blocks are hashed (or, after a failure, only the good prefix is kept) and it goes
+        back to WAITING (PREEMPTED if it had been preempted) to be scheduled now."""
+        if request.request_id not in self.finished_recving_kv_req_ids:
+            return False
+        kv = self.kv_cache_manager
+        if request.request_id in self.failed_recving_kv_req_ids:
+            if request.num_computed_tokens:
+                kv.cache_blocks(request, request.num_computed_tokens)
+            else:
+                kv.free(request)  # nothing usable: a retry may hit the local cache
+            self.failed_recving_kv_req_ids.remove(request.request_id)
+        else:
+            kv.cache_blocks(request, request.num_computed_tokens)
+        if request.num_computed_tokens == request.num_tokens:
+            request.num_computed_tokens = request.num_tokens - 1  # recompute it to sample
+        self.finished_recving_kv_req_ids.remove(request.request_id)
+        request.status = (RequestStatus.PREEMPTED if request.num_preemptions
+                          else RequestStatus.WAITING)
+        return True
+
+    def _start_load(self, request: Request, queue: FCFSRequestQueue | PriorityRequestQueue,
+                    hits: KVCacheBlocks, num_hit: int, num_external: int,
+                    holding: list[Request]) -> bool:
+        """Admit `request` only as far as its load: blocks for the local hit and the loaded
+        tokens (unhashed until they arrive), nothing scheduled. The allocation must leave what
+        in-flight prefills and one speculative step still need; False if it cannot."""
+        assert self.connector is not None
+        kv = self.kv_cache_manager
+        reserved = self._inflight_prefill_reserved_blocks() + self.spec_decode_step_blocks
+        blocks = kv.allocate_slots(request, 0, num_hit, hits,
+                                   num_external_computed_tokens=num_external,
+                                   delay_cache_blocks=True,
+                                   full_sequence_must_fit=self.scheduler_config
+                                   .scheduler_reserve_full_isl,
+                                   reserved_blocks=reserved)
+        if blocks is None:
+            return False
+        self.connector.update_state_after_alloc(request, kv.get_blocks(request.request_id),
+                                                num_external)
+        self.step_external_hits.append((request.request_id, num_external))
+        kv.record_prefix_cache_stats(request, num_hit)
+        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+        request.num_computed_tokens = num_hit + num_external
+        self.inflight_prefills[request.request_id] = request
+        holding.append(queue.pop_request())
+        self.deferred_waiting.add(request.request_id)
+        return True
+
+    def _inflight_prefill_reserved_blocks(self) -> int:
+        """Blocks the in-flight prefills still need to hold their whole sequences."""
+        coordinator = self.kv_cache_manager.coordinator
+        empty = self.kv_cache_manager.empty_blocks().blocks
+        total = 0
+        for request in self.inflight_prefills.values():
+            full = min(request.num_tokens, self.max_model_len)
+            num_tokens = full + (1 + self.num_spec_tokens + self.num_lookahead_tokens
+                                 if self.num_spec_tokens else 0)
+            total += coordinator.get_num_blocks_to_allocate(
+                request.request_id, num_tokens, empty, request.num_computed_tokens,
+                apply_admission_cap=True, num_tokens_main=full)
+        return total
+
+    # -- freeing ----------------------------------------------------------------------------
+    def _free_request_blocks(self, request: Request) -> None:
+        """Free a request's blocks now, or once the steps still writing them are processed."""
+        if not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq:
+            self.kv_cache_manager.free(request)
+            return
+        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+        if blocks:
+            self.deferred_frees.append((self.sched_step_seq, blocks))
+
+    def _drain_deferred_frees(self) -> None:
+        pool = self.kv_cache_manager.block_pool
+        while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_step_seq:
+            _, blocks = self.deferred_frees.popleft()
+            pool.free_blocks(reversed(blocks))
+
+    def _connector_finished(self, request: Request) -> bool:
+        """Hand a finished request's block table (computed tokens only, out-of-window blocks
+        dropped first) to the connector; True if the blocks must outlive the request."""
+        if not self.has_connector:
+            return False
+        kv = self.kv_cache_manager
+        kv.remove_skipped_blocks(request.request_id,
+                                 max(0, request.num_computed_tokens - request.num_inflight_tokens))
+        if self.connector is None:
+            return False
+        block_ids = kv.get_block_ids(request.request_id)
+        clipped = tuple(ids[:cdiv(request.num_computed_tokens, size)]
+                        for size, ids in zip(self.connector.group_block_sizes, block_ids,
+                                             strict=True))
+        delay, _ = self.connector.request_finished(request, clipped)
+        return delay
+
+    # -- the worker's report ----------------------------------------------------------------
+    def _handle_invalid_blocks(self, invalid: frozenset[int],
+                               num_scheduled: dict[str, int]) -> set[str]:
+        """Cut each affected request's computed tokens at its first bad block. Returns the
+        requests whose output this update must skip: under `recompute` the running ones that
+        will redo the tokens; under `fail` every affected one (they finish with an error)."""
+        waiting_loads = [r for r in self.kv_holding_waiting
+                         if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
+        async_failed = self._truncate_at_invalid(waiting_loads, invalid, num_scheduled,
+                                                 evict=False)
+        sync_failed = self._truncate_at_invalid(self.running, invalid, num_scheduled,
+                                                evict=True)
+        if not (async_failed or sync_failed):
+            return set()
+        if not self.recompute_kv_load_failures:
+            return async_failed | sync_failed
+        self.failed_recving_kv_req_ids |= async_failed
+        return sync_failed
+
+    def _truncate_at_invalid(self, requests: list[Request], invalid: frozenset[int],
+                             num_scheduled: dict[str, int], *, evict: bool) -> set[str]:
+        affected: set[str] = set()
+        marked: set[int] = set()  # bad blocks a request before this one will recompute
+        to_evict: set[int] = set()
+        block_size = self.kv_cache_manager.coordinator.managers[0].block_size
+        for request in requests:
+            (table,) = self.kv_cache_manager.get_block_ids(request.request_id)
+            computed = request.num_computed_tokens - num_scheduled.get(request.request_id, 0)
+            hit = False
+            truncated = False
+            for index, block_id in zip(range(cdiv(computed, block_size)), table, strict=False):
+                if block_id not in invalid:
+                    continue
+                hit = True
+                if block_id in marked:
+                    continue
+                marked.add(block_id)
+                if truncated:
+                    continue
+                truncated = True
+                request.num_computed_tokens = index * block_size
+                if evict:
+                    to_evict.update(table[index:])
+            if hit:
+                if not truncated:
+                    request.num_computed_tokens = computed
+                affected.add(request.request_id)
+        if to_evict and not self.recompute_kv_load_failures:
+            self.kv_cache_manager.block_pool.evict_blocks(to_evict)
+        return affected
+
+    def _update_from_kv_xfer_finished(self, output: KVConnectorOutput) -> None:
+        """Loads reported finished: a waiting request becomes schedulable; one finished
+        meanwhile (aborted mid-load) finally frees its blocks."""
+        if self.connector is not None:
+            self.connector.update_connector_output(output)
+        for req_id in sorted(output.finished_recving):
+            request = self.requests[req_id]
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(req_id)
+            else:
+                self._free_blocks(request)
+
+    def _free_blocks(self, request: Request) -> None:
+        self._free_request_blocks(request)
+        del self.requests[request.request_id]
+
+
+def check_offload_supported(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
+    """Configurations the twin's offload tier does not model, refused with the field to fix."""
+    if any(isinstance(g.kv_cache_spec, MambaSpec) for g in kv_cache_config.kv_cache_groups):
+        raise ValueError("kv_connector: CPU offload with mamba groups (boundary-state "
+                         "hand-offs) is not implemented by the twin; drop the connector")
+    if set(kv_cache_config.block_sizes) != {config.effective_hash_block_size}:
+        raise ValueError("kv_connector: CPU offload with hash_block_size below the block size "
+                         "(sub-block hits) is not implemented by the twin; hash at the block "
+                         "size")
