@@ -57,6 +57,12 @@ class Behaviour:
     counts only the running requests scheduled in this step, so a running request left out of
     the step (budget) frees its adapter's slot for a waiting one."""
 
+    offload_lookup_chunk_aligned: bool
+    """0.33, CPU offload tier: the external lookup is skipped (no CPU hit) when the local hit
+    does not end on an attention-chunk boundary of a chunked-local group, because the CPU
+    lookup runs over the prompt's remaining hashes and their chunk boundaries must be the
+    absolute ones. 0.32 looks up regardless. Seen on `hybrid-chunked-local` with offload."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -71,6 +77,7 @@ BEHAVIOUR_0_32 = Behaviour(
     mamba_align_skips_keyed_boundary=False,
     local_prefill_interval=False,
     lora_limit_counts_running=False,
+    offload_lookup_chunk_aligned=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -80,6 +87,7 @@ BEHAVIOUR_0_33 = Behaviour(
     mamba_align_skips_keyed_boundary=True,
     local_prefill_interval=True,
     lora_limit_counts_running=True,
+    offload_lookup_chunk_aligned=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

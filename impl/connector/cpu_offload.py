@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
 from impl.connector.offload_state import (
     CPUHit,
     LoadState,
@@ -37,7 +38,7 @@ from impl.connector.types import NO_EVENT, KVConnectorOutput, OffloadMetadata, O
 from impl.core.block_pool import BlockPool
 from impl.core.coordinator import get_kv_cache_coordinator
 from impl.core.kv_cache_manager import KVCacheBlocks
-from impl.core.specs import FullAttentionSpec, KVCacheConfig
+from impl.core.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -47,9 +48,15 @@ if TYPE_CHECKING:
 
 class SimpleCPUOffloadScheduler(OffloadStores):
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
-                 hash_block_size: int, max_num_batched_tokens: int) -> None:
+                 hash_block_size: int, max_num_batched_tokens: int,
+                 behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
         super().__init__()
         self.settings = settings
+        # Attention chunk sizes of chunked-local groups (`offload_lookup_chunk_aligned`).
+        self.chunk_sizes = tuple(g.kv_cache_spec.attention_chunk_size
+                                 for g in kv_cache_config.kv_cache_groups
+                                 if isinstance(g.kv_cache_spec, ChunkedLocalAttentionSpec)
+                                 ) if behaviour.offload_lookup_chunk_aligned else ()
         cpu_config = KVCacheConfig(settings.num_cpu_blocks, kv_cache_config.kv_cache_groups,
                                    kv_cache_config.prefix_cache_retention_interval)
         self.cpu_coordinator = get_kv_cache_coordinator(
@@ -61,8 +68,12 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         self.hash_block_size = hash_block_size
         self.group_block_sizes = [g.kv_cache_spec.block_size
                                   for g in kv_cache_config.kv_cache_groups]
-        self.fa_group = next(i for i, g in enumerate(kv_cache_config.kv_cache_groups)
-                             if isinstance(g.kv_cache_spec, FullAttentionSpec))
+        full = [i for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                if isinstance(g.kv_cache_spec, FullAttentionSpec)]
+        if not full:
+            raise ValueError("kv_connector: the CPU offload tier matches prefixes on a "
+                             "full-attention group; this config has none")
+        self.fa_group = full[0]
         self.lazy = settings.lazy_offload
         self.target_free = (lazy_target_blocks(kv_cache_config, max_num_batched_tokens)
                             if self.lazy else 0)
@@ -83,6 +94,8 @@ class SimpleCPUOffloadScheduler(OffloadStores):
             free_hit(self.cpu_block_pool, stale)
         if request.skip_reading_prefix_cache or num_computed_tokens % self.block_size:
             return 0, False
+        if any(num_computed_tokens % size for size in self.chunk_sizes):
+            return 0, False  # the suffix's chunk boundaries would not be the absolute ones
         remaining = request.block_hashes[num_computed_tokens // self.hash_block_size:]
         max_hit = request.num_tokens - 1 - num_computed_tokens
         if not remaining or max_hit <= 0:

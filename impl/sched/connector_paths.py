@@ -56,7 +56,7 @@ class ConnectorPaths:
             check_offload_supported(config, kv_cache_config)
             self.connector = SimpleCPUOffloadScheduler(
                 settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
-                max_num_batched_tokens=config.max_num_batched_tokens)
+                max_num_batched_tokens=config.max_num_batched_tokens, behaviour=config.behaviour)
             self.connector.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
         self.recompute_kv_load_failures = (settings is not None
                                            and settings.load_failure_policy == "recompute")
