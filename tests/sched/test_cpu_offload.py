@@ -1,0 +1,163 @@
+"""The CPU offload tier (`impl.connector`) and the scheduler's connector paths, step by step,
+with exact block ids: stores after confirmation, loads after GPU eviction, failures under both
+policies, aborts mid-load, lazy offload, and the integrity check over both pools."""
+
+from __future__ import annotations
+
+import pytest
+
+from impl.connector.types import KVConnectorOutput, OffloadMetadata, OffloadSettings
+from impl.sched.output import ModelRunnerOutput, SchedulerOutput
+from impl.sched.request import RequestStatus
+from impl.sched.scheduler import Scheduler
+from tests.sched.helpers import make_request, make_scheduler
+from vtwin.errors import IntegrityError
+
+BLOCK = 4
+
+
+def offload_scheduler(num_blocks: int = 16, num_cpu_blocks: int = 32, lazy: bool = False,
+                      policy: str = "fail") -> Scheduler:
+    return make_scheduler(num_blocks, block_size=BLOCK, max_num_batched_tokens=64,
+                          kv_connector=OffloadSettings(num_cpu_blocks, lazy, policy))
+
+
+def run_step(scheduler: Scheduler, report: KVConnectorOutput | None = None,
+             ) -> tuple[SchedulerOutput, OffloadMetadata]:
+    """One step: schedule, sample a token for every request whose input is complete, apply the
+    worker's connector report, check both pools."""
+    output = scheduler.schedule()
+    req_ids = list(output.num_scheduled_tokens)
+    sampled = [[7] if scheduler.requests[r].num_computed_tokens >= scheduler.requests[r].num_tokens
+               else [] for r in req_ids]
+    scheduler.update_from_output(output, ModelRunnerOutput(
+        req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, kv_connector_output=report))
+    scheduler.check_integrity()
+    assert output.kv_connector_metadata is not None
+    return output, output.kv_connector_metadata
+
+
+def stores_done(*events: int) -> KVConnectorOutput:
+    return KVConnectorOutput(completed_store_events=tuple((e, 1) for e in events))
+
+
+def test_eager_stores_confirmed_blocks_one_step_later_then_publishes_them() -> None:
+    scheduler = offload_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))  # 13 tokens
+    _, meta = run_step(scheduler)  # prefill: 3 full blocks computed, nothing confirmed yet
+    assert meta.store_event == -1
+    _, meta = run_step(scheduler)
+    assert (meta.store_event, meta.store_gpu_blocks, meta.store_cpu_blocks) == (0, [1, 2, 3],
+                                                                                 [1, 2, 3])
+    pool = scheduler.connector.cpu_block_pool  # type: ignore[union-attr]
+    assert pool.count_states() == (3, 0, 28)  # copies in flight are pinned, not findable
+    run_step(scheduler, stores_done(0))
+    assert pool.count_states() == (0, 3, 28)
+    assert pool.free_block_queue.block_ids()[-3:] == [1, 2, 3]  # newest at the LRU tail
+
+
+def _evict_prefix_then_resend(scheduler: Scheduler) -> None:
+    """`a` runs and is stored to the CPU; `b` (another prompt) fills the GPU so `a`'s cached
+    blocks are evicted (and is stored too, which pins its blocks until the store reports);
+    `c` resends `a`'s prompt."""
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=2))
+    run_step(scheduler)
+    run_step(scheduler, None)
+    run_step(scheduler, stores_done(0))
+    assert "a" not in scheduler.requests
+    scheduler.add_request(make_request("b", range(100, 160), BLOCK, max_tokens=1))
+    run_step(scheduler)
+    _, meta = run_step(scheduler)
+    assert meta.store_event == 1 and len(meta.store_gpu_blocks) == 15
+    run_step(scheduler, stores_done(1))
+    gpu = scheduler.kv_cache_manager.block_pool
+    assert not any(gpu.get_cached_block(h, [0]) for h in make_request("x", range(10, 23),
+                                                                       BLOCK).block_hashes)
+    scheduler.add_request(make_request("c", range(10, 23), BLOCK, max_tokens=2))
+
+
+def test_a_prefix_evicted_from_the_gpu_loads_from_the_cpu_before_scheduling() -> None:
+    scheduler = offload_scheduler()
+    _evict_prefix_then_resend(scheduler)
+    output, meta = run_step(scheduler)
+    assert "c" not in output.num_scheduled_tokens
+    assert scheduler.step_external_hits == [("c", 12)]
+    assert scheduler.requests["c"].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert (meta.load_event, meta.load_cpu_blocks, meta.load_event_to_reqs) == (
+        0, [1, 2, 3], {0: ["c"]})
+    gpu_targets = meta.load_gpu_blocks
+    assert scheduler.kv_cache_manager.get_block_ids("c") == (gpu_targets + [],)
+    output, meta = run_step(scheduler)  # load still in flight
+    assert "c" not in output.num_scheduled_tokens and meta.load_event == -1
+    run_step(scheduler, KVConnectorOutput(finished_recving=frozenset({"c"})))
+    output, _ = run_step(scheduler)
+    assert output.num_scheduled_tokens["c"] == 1  # only the last prompt token is computed
+    assert output.scheduled_new_reqs[0].num_computed_tokens == 12
+
+
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_a_failed_load_block_fails_the_request_or_recomputes_from_it(policy: str) -> None:
+    scheduler = offload_scheduler(policy=policy)
+    _evict_prefix_then_resend(scheduler)
+    _, meta = run_step(scheduler)
+    bad = meta.load_gpu_blocks[1]
+    output = scheduler.schedule()
+    results = scheduler.update_from_output(output, ModelRunnerOutput(
+        [], {}, [], kv_connector_output=KVConnectorOutput(
+            finished_recving=frozenset({"c"}), invalid_block_ids=frozenset({bad}))))
+    scheduler.check_integrity()
+    if policy == "fail":
+        assert [(r.request_id, r.finish_reason) for r in results] == [("c", "error")]
+        assert "c" not in scheduler.requests
+        return
+    assert scheduler.requests["c"].num_computed_tokens == BLOCK  # cut at the bad block
+    output, _ = run_step(scheduler)
+    assert output.scheduled_new_reqs[0].num_computed_tokens == BLOCK
+    assert output.num_scheduled_tokens["c"] == 13 - BLOCK
+
+
+def test_an_abort_mid_load_keeps_the_blocks_until_the_load_reports() -> None:
+    scheduler = offload_scheduler()
+    _evict_prefix_then_resend(scheduler)
+    _, meta = run_step(scheduler)
+    free_before = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    scheduler.finish_requests("c", RequestStatus.FINISHED_ABORTED)
+    assert scheduler.requests["c"].is_finished()
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_before
+    assert scheduler.has_requests()
+    scheduler.check_integrity()
+    run_step(scheduler, KVConnectorOutput(finished_recving=frozenset({"c"})))
+    assert "c" not in scheduler.requests and not scheduler.has_requests()
+    assert scheduler.connector.cpu_block_pool.count_states()[0] == 0  # type: ignore[union-attr]
+
+
+def test_lazy_offload_copies_blocks_about_to_be_evicted_in_eviction_order() -> None:
+    scheduler = offload_scheduler(lazy=True)
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    _, meta = run_step(scheduler)  # `a` finishes: its cached blocks go to the free queue tail
+    assert meta.store_event == -1  # nothing free was cached when the step was scheduled
+    _, meta = run_step(scheduler)
+    # The walk covers the free queue from its head: the empty blocks first, then a's blocks
+    # (freed tail first); only the cached ones are copied.
+    assert meta.store_event == 0 and sorted(meta.store_gpu_blocks) == [1, 2, 3]
+    assert meta.store_gpu_blocks == [3, 2, 1]
+
+
+def test_integrity_catches_a_pin_the_connector_does_not_know_about() -> None:
+    scheduler = offload_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))
+    run_step(scheduler)
+    run_step(scheduler)
+    connector = scheduler.connector
+    assert connector is not None
+    connector.store_event_to_blocks.clear()  # forget a store in flight: its pins leak
+    with pytest.raises(IntegrityError):
+        scheduler.check_integrity()
+
+
+def test_offload_with_prefix_caching_off_is_inert() -> None:
+    scheduler = make_scheduler(12, block_size=BLOCK, enable_prefix_caching=False,
+                               kv_connector=OffloadSettings(16))
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=2))
+    output = scheduler.schedule()
+    assert scheduler.connector is None and output.kv_connector_metadata == OffloadMetadata()
