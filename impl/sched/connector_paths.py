@@ -142,9 +142,14 @@ class ConnectorPaths:
         return total
 
     # -- freeing ----------------------------------------------------------------------------
+    def _request_blocks_can_be_freed(self, request: Request) -> bool:
+        """Whether no step in flight still writes the request's blocks (always, unless frees
+        are deferred)."""
+        return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
+
     def _free_request_blocks(self, request: Request) -> None:
         """Free a request's blocks now, or once the steps still writing them are processed."""
-        if not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq:
+        if self._request_blocks_can_be_freed(request):
             self.kv_cache_manager.free(request)
             return
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)

@@ -152,6 +152,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules, ConnectorPaths):
                                        num_lookahead_tokens=self.num_lookahead_tokens)
             while blocks is None:
                 victim_index = self._victim_index(index)
+                if not self._request_blocks_can_be_freed(running[victim_index]):
+                    break  # its blocks would come back only after a step in flight: no use
                 victim = running.pop(victim_index)
                 if victim_index < index:
                     index -= 1
@@ -163,8 +165,9 @@ class Scheduler(SchedulerUpdates, AdmissionRules, ConnectorPaths):
                     break
                 blocks = kv.allocate_slots(request, num_new,
                                            num_lookahead_tokens=self.num_lookahead_tokens)
-            if blocks is None:  # the request preempted itself
-                if self.policy == "priority" and self.behaviour.priority_self_preemption_continues:
+            if blocks is None:  # the request preempted itself, or no victim could help
+                if (request.status == RequestStatus.PREEMPTED and self.policy == "priority"
+                        and self.behaviour.priority_self_preemption_continues):
                     continue  # it left `running`: `index` already points at the next one
                 return
             plan.scheduled_running.append(request)
