@@ -30,6 +30,8 @@ NOT_COMPILED: dict[str, str] = {
                           "they are traits, so compiled it would stop Scheduler from building; "
                           "left pure, Scheduler compiles as a Python class with compiled methods",
     "impl.sched.admission_rules": "the other mixin of Scheduler (same reason)",
+    "impl.sched.preemption": "a mixin of Scheduler (same reason)",
+    "impl.sched.connector_paths": "a mixin of Scheduler (same reason)",
 }
 GROUP = "vtwin_impl"
 """mypyc's name for the shared library that holds every compiled module's code."""

@@ -26,6 +26,7 @@ from impl.sched.output import (
     PLACEHOLDER_DRAFT,
     SchedulerOutput,
 )
+from impl.sched.preemption import Preemption
 from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.request import Request, RequestStatus
 from impl.sched.request_queue import create_request_queue
@@ -33,7 +34,7 @@ from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates, AdmissionRules, ConnectorPaths):
+class Scheduler(SchedulerUpdates, AdmissionRules, Preemption, ConnectorPaths):
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:
         self.scheduler_config = scheduler_config
@@ -295,30 +296,6 @@ class Scheduler(SchedulerUpdates, AdmissionRules, ConnectorPaths):
             self.waiting.prepend_request(request)
         for request in reversed(holding):
             self.kv_holding_waiting.prepend_request(request)
-
-    def _victim_index(self, index: int) -> int:
-        """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:
-        the least important (highest value, then latest arrival), wherever it is: possibly
-        before the request being scheduled, scheduled already, or skipped this step.
-        Continuum: the last from `index` on whose job holds no pin (`ContinuumPolicy`)."""
-        running = self.running
-        if self.continuum is not None:
-            return self.continuum.victim_index(running, index)
-        if self.policy == "priority":
-            return max(range(len(running)),
-                       key=lambda i: (running[i].priority, running[i].arrival_time))
-        return len(running) - 1
-
-    def _preempt_request(self, request: Request) -> None:
-        assert request.status == RequestStatus.RUNNING
-        self._free_request_blocks(request)
-        self.inflight_prefills.pop(request.request_id, None)
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        request.spec_token_ids = []
-        request.num_preemptions += 1
-        self.num_preemptions += 1
-        self.waiting.prepend_request(request)
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
         requests = self.requests
