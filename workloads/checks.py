@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from workloads.closed_loop import continuum_config, resolve_arrivals
+from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
 from workloads.errors import WorkloadError
 from workloads.model import (
     AbortSpec,
@@ -106,6 +106,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
+        kv_connector=connector_config(model.kv_connector, len(groups), fail),
     )
 
 

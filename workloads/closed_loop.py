@@ -1,4 +1,5 @@
-"""Closed-loop arrivals and the continuum policy's settings, checked across records.
+"""Closed-loop arrivals, the continuum policy's and the KV connector's settings, checked
+across records.
 
 A request with `after` arrives a gap after another request finishes, the way an agent's next
 turn follows its tool call, so its arrival step depends on the run, not on the file. What the
@@ -18,8 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workloads.errors import WorkloadError
-from workloads.model import ContinuumConfig, RequestSpec, gap_steps
-from workloads.schema import ContinuumModel
+from workloads.model import (
+    ContinuumConfig,
+    KVConnectorConfig,
+    LoadFailure,
+    RequestSpec,
+    gap_steps,
+)
+from workloads.schema import ContinuumModel, KVConnectorModel
 
 if TYPE_CHECKING:
     from workloads.checks import Located
@@ -34,6 +41,22 @@ def continuum_config(model: ContinuumModel | None, policy: str, step_ms: float |
         raise fail("continuum", "needs 'step_ms' in the header (pins expire after a time)")
     model = model or ContinuumModel()
     return ContinuumConfig(model.ttl_ms, model.estimator, model.threshold_ms, step_ms)
+
+
+def connector_config(model: KVConnectorModel | None, num_groups: int,
+                     fail: Callable[[str, str], WorkloadError]) -> KVConnectorConfig | None:
+    """The KV connector's settings. Planned load failures name blocks by id, which only one
+    KV-cache group makes unambiguous (upstream refuses invalid block ids otherwise)."""
+    if model is None:
+        return None
+    if model.load_failures and num_groups != 1:
+        raise fail("kv_connector.load_failures", "need a single KV-cache group (block ids are "
+                   f"per group; this config has {num_groups})")
+    return KVConnectorConfig(model.type, model.num_cpu_blocks, model.lazy_offload,
+                             model.load_failure_policy, model.load_latency_steps,
+                             model.store_latency_steps,
+                             tuple(LoadFailure(f.load_event, f.block_index)
+                                   for f in model.load_failures))
 
 
 class _Chain:

@@ -69,6 +69,45 @@ class ContinuumConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadFailure:
+    """A planned load failure: the block at `block_index` of load event `load_event`'s block
+    list arrives broken (the worker reports its GPU block id as invalid)."""
+
+    load_event: int
+    block_index: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"load_event": self.load_event, "block_index": self.block_index}
+
+
+@dataclass(frozen=True, slots=True)
+class KVConnectorConfig:
+    """A KV connector (today: upstream's SimpleCPUOffloadConnector, a CPU tier of
+    `num_cpu_blocks` blocks) and how the harness's worker plays its transfers: a load or store
+    issued in step s completes in the output of step s + latency (0: the same step), in order
+    per kind; `load_failures` plans broken blocks. `lazy_offload`: store blocks only as they
+    near eviction. `load_failure_policy`: `fail` (upstream's default) errors the request,
+    `recompute` recomputes from the first broken block."""
+
+    type: Literal["simple_cpu_offload"] = "simple_cpu_offload"
+    num_cpu_blocks: int = 1024
+    lazy_offload: bool = False
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    load_latency_steps: int = 1
+    store_latency_steps: int = 1
+    load_failures: tuple[LoadFailure, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "num_cpu_blocks": self.num_cpu_blocks,
+                "lazy_offload": self.lazy_offload,
+                "load_failure_policy": self.load_failure_policy,
+                "load_latency_steps": self.load_latency_steps,
+                "store_latency_steps": self.store_latency_steps,
+                **({"load_failures": [f.to_dict() for f in self.load_failures]}
+                   if self.load_failures else {})}
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """The engine settings a workload is meant to run under.
 
@@ -100,6 +139,7 @@ class EngineConfig:
     prefill_schedule_interval: int = 1
     max_loras: int = 0
     continuum: ContinuumConfig | None = None  # read only under policy "continuum"
+    kv_connector: KVConnectorConfig | None = None  # None: no connector
 
     @property
     def usable_blocks(self) -> int:
@@ -131,6 +171,8 @@ class EngineConfig:
             "max_loras": self.max_loras,
             # Left out when unset, so files of the other policies keep their exact bytes.
             **({"continuum": self.continuum.to_dict()} if self.continuum is not None else {}),
+            **({"kv_connector": self.kv_connector.to_dict()}
+               if self.kv_connector is not None else {}),
         }
 
 

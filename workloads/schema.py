@@ -63,6 +63,21 @@ class ContinuumModel(_Strict):
     threshold_ms: Millis = 2000.0
 
 
+class LoadFailureModel(_Strict):
+    load_event: NonNegInt
+    block_index: NonNegInt
+
+
+class KVConnectorModel(_Strict):
+    type: Literal["simple_cpu_offload"]
+    num_cpu_blocks: PosInt
+    lazy_offload: bool = False
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    load_latency_steps: NonNegInt = 1
+    store_latency_steps: NonNegInt = 1
+    load_failures: list[LoadFailureModel] = Field(default_factory=list)
+
+
 class EngineConfigModel(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     block_size: PosInt = 16
@@ -85,6 +100,7 @@ class EngineConfigModel(_Strict):
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
     continuum: ContinuumModel | None = None
+    kv_connector: KVConnectorModel | None = None
 
 
 class HeaderModel(_Strict):
