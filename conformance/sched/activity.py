@@ -22,11 +22,21 @@ class Activity:
     prefix_hit_tokens: int
     resumed: int
     aborted: int
+    # A KV connector's work: load and store events issued, tokens taken from the CPU tier.
+    loads: int = 0
+    stores: int = 0
+    external_hit_tokens: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
+        loads = stores = external = 0
         for record in records:
+            transfers = record.transfers
+            if transfers is not None:
+                loads += transfers.load_event >= 0
+                stores += transfers.store_event >= 0
+            external += sum(tokens for _, tokens in record.external_hits)
             preemptions += len(record.preempted)
             resumed += len(record.scheduled_resumed)
             aborted += len(record.aborted)
@@ -35,10 +45,14 @@ class Activity:
                           if drafts and all(d == PLACEHOLDER_DRAFT for d in drafts))
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
-        return Activity(preemptions, evictions, padded, hits, resumed, aborted)
+        return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
+                        external)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
                 "padded_requests": self.padded_requests,
                 "prefix_hit_tokens": self.prefix_hit_tokens, "resumed": self.resumed,
-                "aborted": self.aborted}
+                "aborted": self.aborted,
+                **({"loads": self.loads, "stores": self.stores,
+                    "external_hit_tokens": self.external_hit_tokens}
+                   if self.loads or self.stores else {})}

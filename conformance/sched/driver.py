@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from conformance.sched.arrivals import Arrivals
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
@@ -27,12 +27,14 @@ from conformance.sched.system import (
     BlockCounts,
     BlockIds,
     CacheEvent,
+    ConnectorReport,
     RunnerOutput,
     Scheduled,
     System,
     SystemState,
     Update,
 )
+from conformance.sched.transfers import TransferWorker
 from workloads.model import Workload
 
 BATCH_QUEUE_DEPTH = 2
@@ -76,11 +78,15 @@ class Driver:
         self.snapshot_before = snapshot_before
         self.max_steps = default_max_steps(workload) if max_steps is None else max_steps
         self.runner = FakeRunner(workload, workload.config.async_scheduling)
+        # The connector's worker side (`transfers`): None without a connector.
+        connector = workload.config.kv_connector
+        self.transfers = None if connector is None else TransferWorker(connector)
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self.arrivals = Arrivals(workload)
         self._tables: dict[str, BlockIds] = {}
         self._last_tables: dict[str, BlockIds] = {}
         self._hash_lengths: dict[str, int] = {}  # block hashes already recorded, per request
+        self._report: ConnectorReport | None = None  # the applied batch's connector report
         self.liveness = LivenessMonitor(workload) if stall_patience is None else \
             LivenessMonitor(workload, stall_patience)
 
@@ -115,10 +121,14 @@ class Driver:
                 self.system.check_integrity()
             done = self._finish_step(step, before, scheduled, applied, tuple(aborted))
             yield done
+            report = done.record.connector_report
             stall = self.liveness.observe(
                 scheduled_tokens=done.record.total_num_scheduled_tokens,
+                # A finished load is progress too: it unblocks its request. (Stores are not: a
+            # connector that stores forever with nothing to run is what a stall looks like.)
                 outputs=sum(1 for o in done.record.outputs
-                            if o.new_token_ids or o.finish_reason is not None),
+                            if o.new_token_ids or o.finish_reason is not None)
+                + (0 if report is None else len(report.finished_loads)),
                 aborting=aborting, aborts_pending=bool(aborts),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
@@ -131,7 +141,7 @@ class Driver:
             return None, None
         scheduled = self.system.schedule()
         self._capture_tables(scheduled)
-        output = self.runner.execute(scheduled)
+        output = self._execute(step, scheduled)
         update = self._apply(scheduled, output)
         if self.config.num_spec_tokens and scheduled.total_num_scheduled_tokens > 0:
             self.system.update_draft_token_ids(self.runner.take_drafts(output))
@@ -142,7 +152,7 @@ class Driver:
         if self.system.has_requests():
             scheduled = self.system.schedule()
             self._capture_tables(scheduled)
-            self._queue.appendleft((step, scheduled, self.runner.execute(scheduled)))
+            self._queue.appendleft((step, scheduled, self._execute(step, scheduled)))
             executed = scheduled.total_num_scheduled_tokens > 0
             if len(self._queue) < BATCH_QUEUE_DEPTH and (
                     executed or self.system.has_requests()):
@@ -151,6 +161,13 @@ class Driver:
             return None, None
         batch_step, batch, output = self._queue.pop()
         return scheduled, (batch_step, self._apply(batch, output))
+
+    def _execute(self, step: int, scheduled: Scheduled) -> RunnerOutput:
+        """The model runner's output, with the connector worker's report of this step."""
+        output = self.runner.execute(scheduled)
+        if self.transfers is None or scheduled.transfers is None:
+            return output
+        return replace(output, connector=self.transfers.run(step, scheduled.transfers))
 
     def _capture_tables(self, scheduled: Scheduled) -> None:
         """Whole block tables of the scheduled requests whose table changed since this driver
@@ -162,6 +179,7 @@ class Driver:
         self._tables = changed
 
     def _apply(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        self._report = output.connector
         update = self.system.update(scheduled, output)
         for out in update.outputs:
             if out.finish_reason is not None:
@@ -215,6 +233,10 @@ class Driver:
             scheduler_stats=None if update is None else update.scheduler_stats,
             free_head=after.free_head,
             cached_digest=cached_digest(after.cached_ids),
+            transfers=None if s is None else s.transfers,
+            external_hits=() if s is None else s.external_hits,
+            connector_report=self._report if applied is not None else None,
+            cpu_blocks=after.cpu_blocks,
         )
         return Step(before, record, events)
 

@@ -15,6 +15,12 @@ from itertools import islice
 from typing import Any
 
 from conformance.kv.systems import _impl_spec
+from conformance.sched.connector_adapt import (
+    impl_connector_output,
+    offload_settings,
+    pool_counts,
+    transfers_of,
+)
 from conformance.sched.system import (
     FREE_HEAD,
     BlockCounts,
@@ -67,6 +73,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         enable_kv_cache_events=True,  # events are compared, as upstream's are published
         behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
         continuum=continuum_settings(config),
+        kv_connector=offload_settings(config),
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -135,8 +142,7 @@ class ImplSystem:
         return bool(self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED))
 
     def has_requests(self) -> bool:
-        s = self.scheduler
-        return bool(s.has_unfinished_requests() or s.has_finished_requests() or s.has_pins())
+        return bool(self.scheduler.has_requests())
 
     def schedule(self) -> Scheduled:
         out = self.scheduler.schedule()
@@ -160,6 +166,8 @@ class ImplSystem:
             preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
             num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
             native=out,
+            transfers=transfers_of(out.kv_connector_metadata),
+            external_hits=tuple(self.scheduler.step_external_hits),
         )
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
@@ -169,6 +177,8 @@ class ImplSystem:
             req_ids=list(output.req_ids),
             req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+            kv_connector_output=None if output.connector is None
+            else impl_connector_output(output.connector),
         ))
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
                                     o.stop_reason) for o in result)
@@ -209,6 +219,7 @@ class ImplSystem:
             cached_ids=cached,
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
+            cpu_blocks=None if s.connector is None else pool_counts(s.connector.cpu_block_pool),
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:

@@ -26,13 +26,16 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.sched.record_connector import connector_fields, connector_json
 from conformance.sched.system import (
     BlockCounts,
     BlockIds,
     CacheEvent,
     CacheStats,
+    ConnectorReport,
     SchedulerStats,
     TokenOutput,
+    Transfers,
 )
 
 SCHEDULE_FIELDS: tuple[str, ...] = (
@@ -84,6 +87,12 @@ class StepRecord:
     scheduler_stats: SchedulerStats | None = None
     free_head: tuple[int, ...] | None = None
     cached_digest: str | None = None
+    # A KV connector (all None / empty without one): the step's transfers, the external hits
+    # its admissions took, the worker's report applied in this step, the CPU tier's counts.
+    transfers: Transfers | None = None
+    external_hits: tuple[tuple[str, int], ...] = ()
+    connector_report: ConnectorReport | None = None
+    cpu_blocks: BlockCounts | None = None
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -138,6 +147,7 @@ class StepRecord:
             },
             "free_head": None if self.free_head is None else list(self.free_head),
             "cached_digest": self.cached_digest,
+            **connector_json(self),
         }
 
     @staticmethod
@@ -179,6 +189,7 @@ class StepRecord:
             else SchedulerStats(**data["scheduler_stats"]),
             free_head=None if data.get("free_head") is None else tuple(data["free_head"]),
             cached_digest=data.get("cached_digest"),
+            **connector_fields(data),
         )
 
 

@@ -70,6 +70,31 @@ class CachedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Transfers:
+    """What a KV connector asks the worker to move in one step (seed 003): at most one load
+    and one store event (-1: none), each as (GPU block, CPU block) pairs in transfer order;
+    every load event still in flight with its requests (the worker reports loads by request);
+    `need_flush`: a preemption this step, so everything in flight must finish first."""
+
+    load_event: int
+    load_blocks: tuple[tuple[int, int], ...]
+    store_event: int
+    store_blocks: tuple[tuple[int, int], ...]
+    load_event_to_reqs: tuple[tuple[int, tuple[str, ...]], ...]
+    need_flush: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorReport:
+    """The worker's connector report for one step: requests whose loads finished (sorted),
+    store events finished (in completion order), GPU blocks whose load failed (sorted)."""
+
+    finished_loads: tuple[str, ...] = ()
+    finished_stores: tuple[int, ...] = ()
+    invalid_block_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Scheduled:
     """One `schedule()` call made canonical. `native` is the adapter's own scheduler output,
     handed back unchanged to `System.update`; it takes no part in comparisons."""
@@ -83,6 +108,8 @@ class Scheduled:
     preempted_req_ids: tuple[str, ...]
     num_common_prefix_blocks: tuple[int, ...]
     native: object = field(default=None, compare=False, repr=False)
+    transfers: Transfers | None = None  # None: no connector
+    external_hits: tuple[tuple[str, int], ...] = ()  # (request, tokens) taken from a connector
 
     def scheduled_tokens(self) -> dict[str, int]:
         return dict(self.num_scheduled_tokens)
@@ -94,6 +121,7 @@ class RunnerOutput:
 
     req_ids: tuple[str, ...]
     sampled_token_ids: tuple[tuple[int, ...], ...]
+    connector: ConnectorReport | None = None  # the worker's transfer report (a connector's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +221,8 @@ class SystemState:
     blocks: BlockCounts
     free_head: tuple[int, ...] | None = None
     cached_ids: tuple[int, ...] | None = None
+    cpu_blocks: BlockCounts | None = None
+    """The CPU offload tier's pool split the same three ways (None: no CPU tier)."""
     pinned: tuple[str, ...] = ()
     """Finished requests whose KV blocks a policy keeps (continuum pins), for liveness: a
     run that only waits for pins to expire is waiting on a timer, not stalled."""

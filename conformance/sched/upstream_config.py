@@ -16,6 +16,7 @@ from typing import Any
 
 from conformance.kv.family import GroupShape
 from conformance.kv.upstream import _upstream_spec
+from conformance.sched.connector_adapt import upstream_transfer_config
 from workloads.model import EngineConfig, KVCacheGroup
 
 TINY_LLAMA: dict[str, Any] = {
@@ -92,6 +93,7 @@ def build_vllm_config(config: EngineConfig) -> Any:
             cache_config=cache_config, speculative_config=speculative_config,
             lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
                          if config.max_loras else None),
+            kv_transfer_config=upstream_transfer_config(config),
         )
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the

@@ -20,6 +20,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.errors import UserError
+from conformance.sched.connector_adapt import (
+    kv_cache_tensors_for,
+    pool_counts,
+    transfers_of,
+    upstream_connector_output,
+)
 from conformance.sched.system import (
     FREE_HEAD,
     BlockCounts,
@@ -84,6 +90,28 @@ class UpstreamSystem:
         self.scheduler.kv_event_publisher = self._sink
         self._block_hasher = kv_cache_utils.get_request_block_hasher(
             config.effective_hash_block_size, hash_fn)
+        self._external_hits: list[tuple[str, int]] = []
+        self._offload = self._watch_connector()
+
+    def _watch_connector(self) -> Any:
+        """The offload tier's scheduler-side manager (None: no connector, or an inert one);
+        the connector's `update_state_after_alloc` is wrapped to record external hits."""
+        connector = getattr(self.scheduler, "connector", None)
+        if connector is None:
+            return None
+        update = connector.update_state_after_alloc
+
+        def recording(request: Any, blocks: Any, num_external_tokens: int) -> None:
+            if num_external_tokens > 0:
+                self._external_hits.append((request.request_id, num_external_tokens))
+            update(request, blocks, num_external_tokens)
+
+        connector.update_state_after_alloc = recording
+        return getattr(connector, "scheduler_manager", None)
+
+    def _take_external_hits(self) -> tuple[tuple[str, int], ...]:
+        hits, self._external_hits = tuple(self._external_hits), []
+        return hits
 
     def scheduler_class(self, plugged: str | None) -> Any:
         """The workload's scheduler class, or the plugged-in ``module:Class``."""
@@ -101,7 +129,9 @@ class UpstreamSystem:
     def cache_arguments(self) -> dict[str, Any]:
         """The scheduler's KV-cache arguments (the era's `KVCacheConfig` and block sizes)."""
         config = self.config
-        return {"kv_cache_config": build_kv_cache_config(config),
+        kv_cache_config = build_kv_cache_config(config)
+        kv_cache_config.kv_cache_tensors = kv_cache_tensors_for(config)
+        return {"kv_cache_config": kv_cache_config,
                 "block_size": config.block_size,
                 "hash_block_size": config.effective_hash_block_size}
 
@@ -173,6 +203,8 @@ class UpstreamSystem:
             preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
             num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
             native=out,
+            transfers=transfers_of(getattr(out, "kv_connector_metadata", None)),
+            external_hits=self._take_external_hits(),
         )
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
@@ -182,6 +214,8 @@ class UpstreamSystem:
             req_ids=list(output.req_ids),
             req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+            kv_connector_output=None if output.connector is None
+            else upstream_connector_output(output.connector),
         )
         self._pin_none_hash()
         result = self.scheduler.update_from_output(scheduled.native, runner_output)
@@ -231,6 +265,8 @@ class UpstreamSystem:
             blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
             free_head=self.free_head(pool.free_block_queue),
             cached_ids=cached,
+            cpu_blocks=None if self._offload is None
+            else pool_counts(self._offload.cpu_block_pool),
         )
 
     @staticmethod
@@ -275,6 +311,10 @@ class Upstream019System(UpstreamSystem):
     VERSIONS = ("0.19.",)
 
     def cache_arguments(self) -> dict[str, Any]:
+        if self.config.kv_connector is not None:
+            raise UserError("kv_connector: the 0.19 adapter does not drive a KV connector "
+                            "(its offload tier is not checked against this harness); compare "
+                            "offload workloads with vllm==0.32.0 or 0.33.0")
         from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 
         from conformance.kv.upstream import _upstream_spec
