@@ -60,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     conform.add_argument("--against", default="upstream", metavar="SPEC",
                          help="the reference system, a spec as for --system (default upstream, "
                               "i.e. the installed vLLM 0.32.0)")
+    conform.add_argument("--offload", choices=("eager", "lazy"), default=None,
+                         help="turn the CPU offload tier (SimpleCPUOffloadConnector) on for "
+                              "every workload, with the GPU pool cut to an eighth so prefixes "
+                              "come back from the CPU (`conformance.sched.offload_suite`)")
     _common(conform)
     conform.set_defaults(handler=_conform)
 
@@ -155,6 +159,7 @@ def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, agains
         trace_dir=report_dir / "traces" if args.traces else None,
         integrity_every=args.integrity_every, max_steps=args.max_steps,
         progress_every=args.progress_every, log_path=log_path,
+        offload=getattr(args, "offload", None),
     )
     page = write_report(run, report_dir, args.json,
                         meta={"command": command, "run_id": report_dir.name})

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
+from conformance.sched.offload_suite import with_offload
 from conformance.sched.suite import SUITE, resolve_workload
 from conformance.sched.system import SystemFactory, close_system, resolve_system
 from conformance.specs import follow_release
@@ -223,8 +224,10 @@ def run_conform(
     progress_every: int = 500,
     stream: TextIO | None = None,
     log_path: Path | None = None,
+    offload: str | None = None,
 ) -> ConformRun:
-    """Run every workload (suite names, bundled names or files) and judge it at `level`."""
+    """Run every workload (suite names, bundled names or files) and judge it at `level`;
+    `offload` (eager | lazy) turns the CPU offload tier on for each (`with_offload`)."""
     import sys
 
     out = sys.stderr if stream is None else stream
@@ -234,6 +237,8 @@ def run_conform(
     left, right = resolve_system(system), resolve_system(against)
     try:
         resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
+        if offload is not None:
+            resolved = [(with_offload(w, offload), every) for w, every in resolved]
         with upstream_logs(log_path) as counts:
             started = time.monotonic()
             if resolved:

@@ -1,0 +1,40 @@
+"""The default suite with the CPU offload tier on (eager and lazy), and the offload
+regressions: the twin's SimpleCPUOffloadScheduler must match upstream's exactly, transfers,
+CPU-tier counts and external hits included, with `check_integrity()` over both pools after
+every step. The reference is `--against` (default: the installed 0.32.0; CI also 0.33.0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.sched.lockstep import run_lockstep
+from conformance.sched.offload_suite import NOT_OFFLOADED, OFFLOAD_MODES, with_offload
+from conformance.sched.suite import SUITE
+from conformance.tests.reference import Pair
+
+pytestmark = pytest.mark.oracle
+CASES = [(name, mode) for name in SUITE if name not in NOT_OFFLOADED for mode in OFFLOAD_MODES]
+
+
+@pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_suite_workload_with_offload_reaches_exact(name: str, mode: str, pair: Pair) -> None:
+    workload = with_offload(SUITE[name].make(), mode)
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    assert result.error is None, f"{result.error}\n{result.error_detail}"
+    assert result.stall is None, f"stalled: {result.stall}"
+    divergence = result.divergence_at("exact")
+    assert divergence is None, (f"{divergence.summary()} (run `vtwin conform --workload {name} "
+                                f"--offload {mode}` for the side-by-side report)")
+    if workload.config.enable_prefix_caching:
+        assert result.activity.stores > 0, "the CPU tier stored nothing: no gate"
+
+
+def test_the_offload_suite_loads_from_the_cpu_tier(pair: Pair) -> None:
+    """The suite's cut GPU pools make prefixes come back from the CPU (loads, external hits)
+    on the multi-turn and hybrid workloads, or the gate above would only check stores."""
+    for name in ("multi-turn", "hybrid-sliding-window"):
+        for mode in OFFLOAD_MODES:
+            result = run_lockstep(with_offload(SUITE[name].make(), mode), pair.twin,
+                                  pair.reference)
+            assert result.activity.loads > 0 and result.activity.external_hit_tokens > 0, (
+                name, mode, result.activity)
