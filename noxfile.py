@@ -41,6 +41,7 @@ ORACLE_ENV = {
 # between the two releases (which skips in the first run, before the environment is built).
 SECOND_RELEASE = "vllm==0.33.0"
 SCHEDULER_DIFFERENTIAL = ("conformance/tests/test_sched_suite.py",
+                          "conformance/tests/test_offload_suite.py",
                           "conformance/tests/test_sched_hypothesis.py",
                           "conformance/tests/test_drift_releases.py")
 
@@ -95,6 +96,7 @@ def compiled_suite(session: nox.Session) -> None:
     session.install("mypy>=1.10")  # mypyc ships with mypy
     session.run("python", "-m", "impl.compiled.build", "--require")
     session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
+                "conformance/tests/test_offload_suite.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
 
 
