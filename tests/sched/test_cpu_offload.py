@@ -161,3 +161,41 @@ def test_offload_with_prefix_caching_off_is_inert() -> None:
     scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=2))
     output = scheduler.schedule()
     assert scheduler.connector is None and output.kv_connector_metadata == OffloadMetadata()
+
+
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0"])
+def test_033_skips_the_cpu_lookup_off_a_chunk_boundary(release: str) -> None:
+    """0.33 (`offload_lookup_chunk_aligned`): with a chunked-local group, a CPU lookup after a
+    local hit that does not end on an attention-chunk boundary is skipped. No generated or
+    suite workload has reached this state against either release (the hybrid coordinator's
+    hits and the CPU tier's content have always agreed on chunk boundaries there), so the
+    switch is pinned here, at the connector's interface."""
+    from impl.behaviour import behaviour_for
+    from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+    from impl.core.specs import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
+
+    config = KVCacheConfig(32, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(block_size=BLOCK)),
+        KVCacheGroupSpec(("local",), ChunkedLocalAttentionSpec(block_size=BLOCK,
+                                                               attention_chunk_size=8))))
+    tier = SimpleCPUOffloadScheduler(OffloadSettings(16), config, hash_block_size=BLOCK,
+                                     max_num_batched_tokens=64,
+                                     behaviour=behaviour_for(release))
+    request = make_request("r", range(10, 27), BLOCK)  # 17 tokens: 4 full blocks
+    pool = tier.cpu_block_pool
+    for group in (0, 1):  # the whole prompt's blocks are on the CPU, in both groups
+        for block, block_hash in zip(pool.get_new_blocks(4), request.block_hashes,
+                                     strict=True):
+            block.block_hash, block.hash_group_id = block_hash, group
+            pool.hash_map(group).insert(block_hash, block)
+            pool.free_blocks([block])
+    hit, is_async = tier.get_num_new_matched_tokens(request, BLOCK)  # local hit: 1 block
+    if release == "0.33.0":
+        assert (hit, is_async) == (0, False)
+    else:
+        assert hit > 0 and is_async
