@@ -123,9 +123,23 @@ class LivenessMonitor:
         if self.idle_steps < self.patience or aborts_pending:
             return None
         now = state()
-        if now.pinned or not (now.waiting or now.running):
+        if now.pinned:
             self.idle_steps = 0  # waiting on a timer: held KV pins expire on their own
             return None
+        if not (now.waiting or now.running):
+            # Nothing left to run, yet the engine steps: a connector's transfers draining (they
+            # take at most their latency) or never ending (a connector that keeps copying).
+            connector = self.workload.config.kv_connector
+            drain = None if connector is None else max(connector.load_latency_steps,
+                                                       connector.store_latency_steps)
+            if drain is None:
+                self.idle_steps = 0
+                return None
+            if self.idle_steps < self.patience + drain:
+                return None
+            return "no-progress", (f"no request left for {self.idle_steps} steps, yet the "
+                                   "engine keeps stepping: the KV connector's transfers never "
+                                   "end")
         if now.waiting and not now.running:
             return "never-admitted", self._admission_detail(now)
         return "no-progress", (f"no token scheduled for {self.idle_steps} steps with "

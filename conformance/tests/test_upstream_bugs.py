@@ -31,3 +31,19 @@ def test_upstream_asserts_when_the_threshold_cuts_a_padded_decode() -> None:
     assert result.error is not None and "upstream" in result.error
     assert "AssertionError" in result.error
     assert "num_new_tokens == 1 + self.num_spec_tokens" in (result.error_detail or "")
+
+
+def test_lazy_offload_never_idles_when_the_cpu_tier_is_smaller() -> None:
+    """Lazy CPU offload (SimpleCPUOffloadConnector, `lazy_offload`) with a CPU pool smaller
+    than what the GPU caches: once every request has finished, each step's lazy walk restarts
+    from the GPU free queue's head (the block it stopped at is the one it just pinned), copies
+    the blocks the CPU LRU evicted last time, and so on: stores never stop, `has_requests()`
+    stays true and an idle engine keeps copying. The twin reproduces it step for step; this
+    test fails the day upstream stops doing it."""
+    workload = load(str(BUGS / "lazy-offload-never-idles.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed
+    assert stall.right is not None and "transfers never end" in str(stall.right)
+    assert not (stall.right_state.running or stall.right_state.waiting)
