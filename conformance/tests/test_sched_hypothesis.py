@@ -22,6 +22,7 @@ from hypothesis import given, note, target
 from conformance.errors import UserError
 from conformance.sched.lockstep import run_lockstep
 from conformance.sched.strategies import workloads
+from conformance.sched.strategies_offload import offload_workloads
 from conformance.sched.suite import write_regression
 from conformance.tests.reference import Pair
 from workloads import dumps
@@ -40,6 +41,30 @@ def test_generated_workloads_match_upstream_exactly(pair: Pair, workload: Worklo
     target(float(activity.evictions), label="evictions")
     target(float(activity.padded_requests), label="spec-decode padding")
     target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
+    divergence = result.divergence_at("exact")
+    if result.error is not None or divergence is not None:
+        try:
+            path = write_regression(workload, divergence or result.error or "", REGRESSIONS)
+            note(f"regression file: {path}")
+        except UserError as err:
+            note(f"no regression file: {err}")
+    assert result.error is None, f"{result.error}\n{result.error_detail}"
+    assert divergence is None, (
+        f"{divergence.summary()}; requests {', '.join(divergence.requests)}; "
+        f"level reached: {result.level_reached or 'none'}")
+
+
+@given(offload_workloads())
+def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
+                                                            workload: Workload) -> None:
+    """The CPU offload tier on (`strategies_offload`): steered toward loads from the CPU and
+    external hits, besides the preemptions and evictions above."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.loads), label="loads")
+    target(float(min(activity.external_hit_tokens, 512)), label="external hits")
+    target(float(activity.preemptions), label="preemptions")
     divergence = result.divergence_at("exact")
     if result.error is not None or divergence is not None:
         try:
