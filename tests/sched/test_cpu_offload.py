@@ -199,3 +199,38 @@ def test_033_skips_the_cpu_lookup_off_a_chunk_boundary(release: str) -> None:
         assert (hit, is_async) == (0, False)
     else:
         assert hit > 0 and is_async
+
+
+def test_async_frees_wait_for_the_step_that_still_writes_the_blocks() -> None:
+    """Async scheduling with a connector: a request aborted while its step is in flight keeps
+    its blocks out of the pool (deferred) until that step's output is processed, and a victim
+    whose blocks are deferred is not preempted (it could not free anything now)."""
+    scheduler = make_scheduler(16, block_size=BLOCK, asynchronous=True, async_scheduling=True,
+                               max_num_batched_tokens=64,
+                               kv_connector=OffloadSettings(32))
+    assert scheduler.defer_block_free
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=4))
+    output = scheduler.schedule()
+    pool = scheduler.kv_cache_manager.block_pool
+    free_before = pool.get_num_free_blocks()
+    scheduler.finish_requests("a", RequestStatus.FINISHED_ABORTED)
+    assert pool.get_num_free_blocks() == free_before  # the step in flight still writes them
+    assert [len(blocks) for _, blocks in scheduler.deferred_frees] == [4]
+    scheduler.check_integrity()
+    scheduler.update_from_output(output, ModelRunnerOutput(["a"], {"a": 0}, [[7]]))
+    assert not scheduler.deferred_frees
+    # Three full blocks stay pinned by the store the finish queued; the partial one is free.
+    assert pool.get_num_free_blocks() == free_before + 1
+    scheduler.check_integrity()
+
+
+def test_sync_frees_are_never_deferred() -> None:
+    scheduler = offload_scheduler()
+    assert not scheduler.defer_block_free
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=4))
+    scheduler.schedule()
+    free_before = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    scheduler.finish_requests("a", RequestStatus.FINISHED_ABORTED)
+    # Freed at once: all but the three full blocks the finish-time store pins.
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_before + 1
+    assert len(scheduler.connector.pending_finished_stores[0].gpu_block_ids) == 3  # type: ignore[union-attr]
