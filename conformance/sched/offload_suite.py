@@ -20,6 +20,8 @@ NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba": "mamba 'align' boundary-state hand-offs to the CPU tier are not modelled "
                     "by the twin (it refuses the config)",
     "hybrid-mamba-none": "mamba groups with a connector are not modelled by the twin",
+    "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
+    "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
 }
 """Suite workloads left out of the offload suite, with why."""
 
@@ -31,9 +33,13 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
     if mode not in OFFLOAD_MODES:
         raise ValueError(f"offload mode: 'eager' or 'lazy' (got {mode!r})")
     config = workload.config
+    block = config.block_size
+    # max_model_len shrinks to the longest request (plus a step of drafts), rounded up to a
+    # block, so the cut pool still holds one full-length request as workload files require.
     longest = max((r.prompt_len + r.max_tokens for r in workload.requests), default=1)
-    per_group = -(-min(longest, config.max_model_len) // config.block_size)
-    need = per_group * len(config.kv_cache_groups) + 1
+    slack = 1 + config.num_spec_tokens + config.num_lookahead_tokens
+    max_model_len = min(config.max_model_len, -(-(longest + slack) // block) * block)
+    need = -(-max_model_len // block) * len(config.kv_cache_groups) + 1
     connector = KVConnectorConfig(num_cpu_blocks=2 * config.num_blocks,
                                   lazy_offload=mode == "lazy",
                                   load_latency_steps=latency_steps,
@@ -41,5 +47,5 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
     return replace(workload, name=f"{workload.name}+offload-{mode}",
                    description=f"{workload.description}; CPU offload ({mode}), GPU pool / "
                                f"{gpu_share}",
-                   config=replace(config, kv_connector=connector,
-                                  num_blocks=max(need + 2, config.num_blocks // gpu_share)))
+                   config=replace(config, kv_connector=connector, max_model_len=max_model_len,
+                                  num_blocks=max(need + 1, config.num_blocks // gpu_share)))

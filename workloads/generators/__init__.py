@@ -20,6 +20,7 @@ from workloads.generators import (
     decode_heavy,
     hybrid,
     long_context,
+    offload,
     preemption_storm,
     prefix_sharing,
     priority_mix,
@@ -56,6 +57,8 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(sessions.AGENT_FAMILY, sessions.AGENT_SUMMARY, sessions.agents),
             Family(bursty.FAMILY, bursty.SUMMARY, bursty.generate),
             Family(agentic.FAMILY, agentic.SUMMARY, agentic.generate),
+            Family(offload.EAGER_FAMILY, offload.EAGER_SUMMARY, offload.eager),
+            Family(offload.LAZY_FAMILY, offload.LAZY_SUMMARY, offload.lazy),
         )
     }
 )
