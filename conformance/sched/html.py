@@ -143,9 +143,25 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
     ], left, right, marker) + chart("queue depth", [
         ("running", "#8250df", s_left["running"], s_right["running"]),
         ("waiting", "#bf8700", s_left["waiting"], s_right["waiting"]),
-    ], left, right, marker) + "</div>")
+    ], left, right, marker) + _offload_charts(s_left, s_right, left, right, marker) + "</div>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _offload_charts(s_left: dict[str, Any], s_right: dict[str, Any], left: str, right: str,
+                    marker: tuple[int, str] | None) -> str:
+    """The CPU tier's pool split three ways (seed 003, section 8: `free` alone hides what it
+    holds) and the blocks each step loads and stores; nothing without a CPU tier."""
+    if "cpu_active" not in s_left or "cpu_active" not in s_right:
+        return ""
+    return chart("CPU tier blocks", [
+        ("active", "#cf222e", s_left["cpu_active"], s_right["cpu_active"]),
+        ("cached", "#0969da", s_left["cpu_cached"], s_right["cpu_cached"]),
+        ("empty", "#1a7f37", s_left["cpu_empty"], s_right["cpu_empty"]),
+    ], left, right, marker) + chart("blocks moved per step", [
+        ("loaded (CPU to GPU)", "#8250df", s_left["loaded_blocks"], s_right["loaded_blocks"]),
+        ("stored (GPU to CPU)", "#bf8700", s_left["stored_blocks"], s_right["stored_blocks"]),
+    ], left, right, marker)
 
 
 def _stall_badge(w: dict[str, Any]) -> str:

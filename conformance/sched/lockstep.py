@@ -47,13 +47,29 @@ class Series:
     empty: tuple[int, ...]
     running: tuple[int, ...]
     waiting: tuple[int, ...]
+    # The CPU offload tier's pool (seed 003's three numbers) and the step's transfers; empty
+    # without a connector.
+    cpu_active: tuple[int, ...] = ()
+    cpu_cached: tuple[int, ...] = ()
+    cpu_empty: tuple[int, ...] = ()
+    loaded_blocks: tuple[int, ...] = ()
+    stored_blocks: tuple[int, ...] = ()
 
     @staticmethod
     def of(records: list[StepRecord]) -> Series:
+        tiers = [r.cpu_blocks for r in records]
+        has_cpu = any(t is not None for t in tiers)
+        transfers = [r.transfers for r in records]
         return Series(
             tuple(r.blocks.active for r in records), tuple(r.blocks.cached for r in records),
             tuple(r.blocks.empty for r in records), tuple(r.num_running for r in records),
             tuple(r.num_waiting for r in records),
+            *((tuple(0 if t is None else t.active for t in tiers),
+               tuple(0 if t is None else t.cached for t in tiers),
+               tuple(0 if t is None else t.empty for t in tiers),
+               tuple(0 if t is None else len(t.load_blocks) for t in transfers),
+               tuple(0 if t is None else len(t.store_blocks) for t in transfers))
+              if has_cpu else ()),
         )
 
 

@@ -55,9 +55,14 @@ __all__ = ["DEFAULT_REPORT_DIR", "LATEST", "REPORT_FORMAT", "check_report_dir", 
 
 
 def series_json(series: Series) -> dict[str, list[int]]:
-    return {"active": list(series.active), "cached": list(series.cached),
-            "empty": list(series.empty), "running": list(series.running),
-            "waiting": list(series.waiting)}
+    out = {"active": list(series.active), "cached": list(series.cached),
+           "empty": list(series.empty), "running": list(series.running),
+           "waiting": list(series.waiting)}
+    if series.cpu_active:  # a CPU offload tier
+        out.update(cpu_active=list(series.cpu_active), cpu_cached=list(series.cpu_cached),
+                   cpu_empty=list(series.cpu_empty), loaded_blocks=list(series.loaded_blocks),
+                   stored_blocks=list(series.stored_blocks))
+    return out
 
 
 def stall_json(result: LockstepResult) -> dict[str, Any] | None:

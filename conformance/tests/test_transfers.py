@@ -3,6 +3,9 @@ preemption, loads reported by the current step's request lists, planned failures
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 from conformance.sched.system import ConnectorReport, Transfers
 from conformance.sched.transfers import TransferWorker
 from workloads.model import KVConnectorConfig, LoadFailure
@@ -46,3 +49,18 @@ def test_an_aborted_request_is_not_reported_and_failures_name_gpu_blocks() -> No
     worker.run(0, transfers(load=0, reqs={0: ("a", "b")}))
     report = worker.run(1, transfers(reqs={0: ("b",)}))
     assert report == ConnectorReport(("b",), (), (6,))
+
+
+def test_the_report_plots_the_cpu_tier_and_the_blocks_moved(tmp_path: Path) -> None:
+    """A run with the CPU tier (twin against itself: no upstream needed) shows both tiers'
+    three block counts and the blocks loaded and stored per step; one without shows neither."""
+    from conformance.sched.conform import run_conform
+    from conformance.sched.report import write_report
+
+    for workload, expected in (("offload-sessions", 1), ("decode-heavy", 0)):
+        run = run_conform([workload], system="impl", against="impl", stream=io.StringIO())
+        assert run.ok
+        page = write_report(run, tmp_path / workload, None, meta={})
+        html = page.read_text()
+        assert html.count("CPU tier blocks") == expected
+        assert html.count("blocks moved per step") == expected
