@@ -35,7 +35,7 @@ from tqdm import tqdm
 from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
-from conformance.sched.offload_suite import with_offload
+from conformance.sched.offload_suite import NOT_OFFLOADED, with_offload
 from conformance.sched.suite import SUITE, resolve_workload
 from conformance.sched.system import SystemFactory, close_system, resolve_system
 from conformance.specs import follow_release
@@ -238,7 +238,12 @@ def run_conform(
     try:
         resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
         if offload is not None:
-            resolved = [(with_offload(w, offload), every) for w, every in resolved]
+            for w, _ in resolved:
+                if w.name in NOT_OFFLOADED:
+                    print(f"vtwin conform: {w.name}: left out with --offload: "
+                          f"{NOT_OFFLOADED[w.name]}", file=out, flush=True)
+            resolved = [(with_offload(w, offload), every) for w, every in resolved
+                        if w.name not in NOT_OFFLOADED]
         with upstream_logs(log_path) as counts:
             started = time.monotonic()
             if resolved:
