@@ -18,7 +18,7 @@ from conformance.errors import UserError
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "workloads.cli", "conformance.sched_cli", "conformance.record_cli", "conformance.drift_cli",
     "impl.runner_cli", "conformance.bench_cli", "conformance.campaign_cli", "conformance.plan_cli",
-    "conformance.study_cli",
+    "conformance.study_cli", "conformance.connector_cli",
 )
 
 

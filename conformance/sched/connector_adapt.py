@@ -18,8 +18,8 @@ from workloads.model import EngineConfig
 
 def transfers_of(meta: Any) -> Transfers | None:
     """The canonical transfers of a step's connector metadata (None: no metadata)."""
-    if meta is None:
-        return None
+    if meta is None or not hasattr(meta, "load_gpu_blocks"):
+        return None  # no connector, or one whose metadata is not SimpleCPUOffload's
     return Transfers(
         load_event=meta.load_event,
         load_blocks=tuple(zip(meta.load_gpu_blocks, meta.load_cpu_blocks, strict=True)),
@@ -81,8 +81,10 @@ def offload_settings(config: EngineConfig) -> Any:
     return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy)
 
 
-def upstream_transfer_config(config: EngineConfig) -> Any:
-    """Upstream's `KVTransferConfig` for SimpleCPUOffloadConnector. The CPU pool's size comes
+def upstream_transfer_config(config: EngineConfig,
+                             connector_class: tuple[str, str] | None = None) -> Any:
+    """Upstream's `KVTransferConfig` for SimpleCPUOffloadConnector, or for the plugged
+    `connector_class` (module, class: `vtwin connector-check`). The CPU pool's size comes
     from a byte budget over the GPU cache's size: `kv_cache_tensors_for` gives the GPU cache
     one byte per block, so `num_cpu_blocks` bytes make exactly that many CPU blocks."""
     from vllm.config import KVTransferConfig
@@ -92,8 +94,9 @@ def upstream_transfer_config(config: EngineConfig) -> Any:
         return None
     if c.type != "simple_cpu_offload":
         raise UserError(f"kv_connector.type {c.type!r}: only 'simple_cpu_offload' is driven")
+    module, name = connector_class or (None, "SimpleCPUOffloadConnector")
     return KVTransferConfig(
-        kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both",
+        kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
         kv_connector_extra_config={"cpu_bytes_to_use": c.num_cpu_blocks,
                                    "lazy_offload": c.lazy_offload},
         kv_load_failure_policy=c.load_failure_policy)

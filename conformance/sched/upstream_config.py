@@ -41,7 +41,8 @@ def write_tiny_model(directory: Path, max_model_len: int) -> Path:
     return directory
 
 
-def build_vllm_config(config: EngineConfig) -> Any:
+def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | None = None
+                      ) -> Any:
     """The `VllmConfig` upstream's Scheduler reads. The model directory only has to exist while
     the configs are built (they read config.json once); it is deleted on return."""
     from vllm.config import (
@@ -93,7 +94,7 @@ def build_vllm_config(config: EngineConfig) -> Any:
             cache_config=cache_config, speculative_config=speculative_config,
             lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
                          if config.max_loras else None),
-            kv_transfer_config=upstream_transfer_config(config),
+            kv_transfer_config=upstream_transfer_config(config, connector_class),
         )
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the

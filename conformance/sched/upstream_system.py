@@ -57,7 +57,8 @@ class UpstreamSystem:
     """Version prefixes this era's adapter drives."""
     name = "upstream-0.32.0"
 
-    def __init__(self, config: EngineConfig, scheduler_cls: str | None = None) -> None:
+    def __init__(self, config: EngineConfig, scheduler_cls: str | None = None,
+                 connector_class: tuple[str, str] | None = None) -> None:
         from vllm import __version__ as version
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core import kv_cache_utils
@@ -68,7 +69,7 @@ class UpstreamSystem:
                             f"installed: {version}")
         self.name = f"upstream-{version}" + (f"+sched={scheduler_cls}" if scheduler_cls else "")
         self.config = config
-        vllm_config = build_vllm_config(config)
+        vllm_config = build_vllm_config(config, connector_class)
         hash_fn = get_hash_fn_by_name(config.hash_algo)
         kv_cache_utils.init_none_hash(hash_fn)
         self._none_hash = kv_cache_utils.NONE_HASH

