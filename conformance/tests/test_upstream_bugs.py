@@ -47,3 +47,17 @@ def test_lazy_offload_never_idles_when_the_cpu_tier_is_smaller() -> None:
     assert stall is not None and stall.agreed
     assert stall.right is not None and "transfers never end" in str(stall.right)
     assert not (stall.right_state.running or stall.right_state.waiting)
+
+
+def test_upstream_032_asserts_when_two_adapters_end_up_running_under_max_loras_1() -> None:
+    """vLLM 0.32.0's admission counts only the adapters of running requests scheduled in the
+    step, so with `max_loras=1` a request with a second adapter is admitted while a running
+    one (not scheduled that step) holds the first; the next step schedules both and the running
+    phase asserts. 0.33 counts every running request. Found by the offload Hypothesis family
+    (`strategies_offload` now keeps `max_loras` at 0); the file has no connector: it is a
+    scheduler bug. This test fails the day the installed upstream stops asserting."""
+    workload = load(str(BUGS / "lora-limit-assert-032.jsonl"))
+    assert workload.config.max_loras == 1 and workload.config.kv_connector is None
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is not None and "upstream" in result.error
+    assert "len(scheduled_loras) <= self.lora_config.max_loras" in (result.error_detail or "")
