@@ -12,6 +12,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector i
 )
 
 
-class LeakyLoadsConnector(SimpleCPUOffloadConnector):
+class LeakyLoadsConnector(SimpleCPUOffloadConnector):  # type: ignore[misc]
     def update_connector_output(self, connector_output: Any) -> None:
         super().update_connector_output(replace(connector_output, finished_recving=None))
