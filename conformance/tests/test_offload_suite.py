@@ -30,6 +30,11 @@ def test_suite_workload_with_offload_reaches_exact(name: str, mode: str, pair: P
                                 f"--offload {mode}` for the side-by-side report)")
     if workload.config.enable_prefix_caching:
         assert result.activity.stores > 0, "the CPU tier stored nothing: no gate"
+    # Nothing leaks: once every request has finished and the transfers drained, no block of
+    # either tier is still referenced (on the twin; upstream's counts are equal, compared).
+    series = result.left_series
+    assert series.active[-1] == 0, f"{series.active[-1]} GPU blocks still referenced"
+    assert not series.cpu_active or series.cpu_active[-1] == 0, "CPU blocks still referenced"
 
 
 def test_the_offload_suite_loads_from_the_cpu_tier(pair: Pair) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
@@ -64,15 +64,15 @@ class StoreBatch:
     req_ids: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class _HashView:
-    block_hashes: Sequence[BlockHash]
-
-
 def hit_view(block_hashes: Sequence[BlockHash]) -> Request:
-    """A stand-in request for a cache-hit search over `block_hashes`: the coordinators read
-    nothing else of the request they search for."""
-    return cast("Request", _HashView(block_hashes))
+    """A stand-in request for a cache-hit search over `block_hashes` (the coordinators read
+    nothing else of the request they search for). A real `Request`, as the compiled twin's
+    coordinator checks the type."""
+    from impl.sched.request import Request
+
+    view = Request("cpu-lookup", ())
+    view.block_hashes = list(block_hashes)
+    return view
 
 
 def free_hit(pool: BlockPool, hit: CPUHit) -> None:

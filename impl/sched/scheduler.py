@@ -10,6 +10,7 @@ causes the preemption churn it would otherwise feed.
 
 from __future__ import annotations
 
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.types import OffloadMetadata
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
@@ -35,6 +36,15 @@ from impl.sched.updates import SchedulerUpdates
 
 
 class Scheduler(SchedulerUpdates, AdmissionRules, Preemption, ConnectorPaths):
+    # Set by `ConnectorPaths._setup_connector`; declared here for the mypyc build, which
+    # types this class's attributes from its own body.
+    has_connector: bool
+    connector: SimpleCPUOffloadScheduler | None
+    defer_block_free: bool
+    sched_step_seq: int
+    inflight_prefills: dict[str, Request]
+    step_external_hits: list[tuple[str, int]]
+
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:
         self.scheduler_config = scheduler_config
