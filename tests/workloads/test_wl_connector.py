@@ -1,0 +1,83 @@
+"""The workload field `config.kv_connector`: it round-trips through the writer, is left out of
+files that do not set it (so every connector-less file keeps its bytes), and bad input is one
+line naming file, line and field, like every other config field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workloads import WorkloadError, loads
+from workloads.model import KVConnectorConfig, LoadFailure
+from workloads.writer import dumps
+
+OFFLOAD: dict[str, Any] = {"type": "simple_cpu_offload", "num_cpu_blocks": 4}
+
+
+def text(config: dict[str, Any]) -> str:
+    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
+              "config": config}
+    request = {"type": "request", "request_id": "a", "arrival_step": 0,
+               "prompt": {"length": 20}, "max_tokens": 3}
+    return json.dumps(header) + "\n" + json.dumps(request) + "\n"
+
+
+def test_the_field_round_trips_with_every_setting() -> None:
+    spec = {**OFFLOAD, "lazy_offload": True, "load_failure_policy": "recompute",
+            "load_latency_steps": 0, "store_latency_steps": 3,
+            "load_failures": [{"load_event": 2, "block_index": 1}]}
+    workload = loads(text({"kv_connector": spec}))
+    assert workload.config.kv_connector == KVConnectorConfig(
+        "simple_cpu_offload", 4, True, "recompute", 0, 3, (LoadFailure(2, 1),))
+    assert loads(dumps(workload)) == workload
+
+
+def test_defaults_and_absence() -> None:
+    """Only type and size are required; without the field there is no connector and the
+    written header has no `kv_connector` key (old files keep their bytes)."""
+    assert loads(text({"kv_connector": OFFLOAD})).config.kv_connector == KVConnectorConfig(
+        num_cpu_blocks=4)
+    plain = loads(text({}))
+    assert plain.config.kv_connector is None
+    assert "kv_connector" not in dumps(plain)
+
+
+# field (under config.kv_connector) -> (the connector as written, message substring)
+BAD: dict[str, tuple[dict[str, Any], str]] = {
+    "type": ({**OFFLOAD, "type": "lmcache"}, "got 'lmcache'"),
+    "num_cpu_blocks": ({**OFFLOAD, "num_cpu_blocks": 0}, "greater than or equal to 1 (got 0)"),
+    "load_failure_policy": ({**OFFLOAD, "load_failure_policy": "retry"}, "got 'retry'"),
+    "load_latency_steps": ({**OFFLOAD, "load_latency_steps": -1},
+                           "greater than or equal to 0 (got -1)"),
+    "load_failures[0].block_index": ({**OFFLOAD, "load_failures": [{"load_event": 0}]},
+                                     "required field is missing"),
+    "speed": ({**OFFLOAD, "speed": 3}, "unknown field"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD))
+def test_bad_input_is_one_line_naming_file_line_and_field(field: str) -> None:
+    spec, expected = BAD[field]
+    with pytest.raises(WorkloadError) as caught:
+        loads(text({"kv_connector": spec}), "w.jsonl")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"w.jsonl:1: field 'config.kv_connector.{field}': "), message
+    assert expected in message
+    assert (caught.value.line, caught.value.field) == (1, f"config.kv_connector.{field}")
+
+
+def test_planned_failures_are_refused_on_several_kv_cache_groups() -> None:
+    """A failure names a GPU block by its index in a load's list: with two groups the id is
+    ambiguous, so the file is refused rather than run with a guess."""
+    spec = {**OFFLOAD, "load_failures": [{"load_event": 0, "block_index": 1}]}
+    groups = [{"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]
+    with pytest.raises(WorkloadError) as caught:
+        loads(text({"kv_connector": spec, "kv_cache_groups": groups}), "w.jsonl")
+    assert str(caught.value) == (
+        "w.jsonl:1: field 'config.kv_connector.load_failures': need a single KV-cache group "
+        "(block ids are per group; this config has 2)")
+    # Without planned failures the same hybrid config is fine.
+    assert loads(text({"kv_connector": OFFLOAD, "kv_cache_groups": groups})).config.kv_connector
