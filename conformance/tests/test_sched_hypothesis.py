@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, note, target
 
 from conformance.errors import UserError
-from conformance.sched.lockstep import run_lockstep
+from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies import workloads
 from conformance.sched.strategies_offload import offload_workloads
 from conformance.sched.suite import write_regression
@@ -41,17 +41,7 @@ def test_generated_workloads_match_upstream_exactly(pair: Pair, workload: Worklo
     target(float(activity.evictions), label="evictions")
     target(float(activity.padded_requests), label="spec-decode padding")
     target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
-    divergence = result.divergence_at("exact")
-    if result.error is not None or divergence is not None:
-        try:
-            path = write_regression(workload, divergence or result.error or "", REGRESSIONS)
-            note(f"regression file: {path}")
-        except UserError as err:
-            note(f"no regression file: {err}")
-    assert result.error is None, f"{result.error}\n{result.error_detail}"
-    assert divergence is None, (
-        f"{divergence.summary()}; requests {', '.join(divergence.requests)}; "
-        f"level reached: {result.level_reached or 'none'}")
+    _assert_exact(workload, result)
 
 
 @given(offload_workloads())
@@ -65,6 +55,12 @@ def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
     target(float(activity.loads), label="loads")
     target(float(min(activity.external_hit_tokens, 512)), label="external hits")
     target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+def _assert_exact(workload: Workload, result: LockstepResult) -> None:
+    """Fail on an error or a divergence at `exact`, after writing the workload as a standalone
+    regression file (shrunk by then) for `conformance/regressions/`."""
     divergence = result.divergence_at("exact")
     if result.error is not None or divergence is not None:
         try:
