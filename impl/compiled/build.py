@@ -25,14 +25,10 @@ from pathlib import Path
 from impl.compiled import FORMAT, IMPL_DIR, MANIFEST, Build, build_dir, source_digest
 
 PACKAGES: tuple[str, ...] = ("impl/core", "impl/sched")
-NOT_COMPILED: dict[str, str] = {
-    "impl.sched.updates": "a mixin of Scheduler: mypyc allows several native bases only when "
-                          "they are traits, so compiled it would stop Scheduler from building; "
-                          "left pure, Scheduler compiles as a Python class with compiled methods",
-    "impl.sched.admission_rules": "the other mixin of Scheduler (same reason)",
-    "impl.sched.preemption": "a mixin of Scheduler (same reason)",
-    "impl.sched.connector_paths": "a mixin of Scheduler (same reason)",
-}
+NOT_COMPILED: dict[str, str] = {}
+"""Modules of `PACKAGES` left pure, each with why (none now: Scheduler's four mixins are
+`mypy_extensions.trait`s, the one form of multiple inheritance mypyc compiles, so the whole
+class, `update_from_output` included, is native)."""
 GROUP = "vtwin_impl"
 """mypyc's name for the shared library that holds every compiled module's code."""
 NO_COMPILER = 3

@@ -236,13 +236,6 @@ def _new_block_ids(output: SchedulerOutput,
 
 
 def _free_blocks_after(pool: BlockPool, cursor: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
-    """Free blocks in eviction order after `cursor` (all of them when None). The twin's queue
-    is keyed by block id, not linked through the blocks, so this skips to the cursor first."""
-    blocks = iter(pool.free_block_queue)
-    if cursor is not None:
-        for block in blocks:
-            if block is cursor:
-                break
-        else:
-            return
-    yield from blocks
+    """Free blocks in eviction order after `cursor` (all of them when None; none when the
+    cursor has left the free queue): one link away, not a scan from the head."""
+    return pool.free_block_queue.after(cursor)

@@ -1,22 +1,28 @@
 """`KVCacheBlock` and the LRU free-block queue.
 
-Why an `OrderedDict` and not a hand-written doubly-linked list: CPython's OrderedDict *is* a
-doubly-linked list with a hash index, implemented in C. It gives O(1) pop from either end,
-O(1) removal from the middle (`del queue[block_id]`, needed when a prefix hit "touches" a cached
-block that sits in the free queue), O(1) append and O(1) front insertion (`move_to_end(k,
-last=False)`), without one Python-level pointer write per operation. The eviction order it
-produces is the same as a pointer-based list's: head = least recently freed = evicted first.
+Why a doubly-linked list threaded through the blocks (and not an `OrderedDict` keyed by block
+id, which the twin used before): the list costs two pointers per block and nothing else, where
+an ordered dict entry costs about 100 bytes, so a 1M-block pool shrinks by ~100 MiB; compiled
+(mypyc), each link write is one native store, so popping, freeing and touching run several
+times faster than upstream's interpreted pointer updates. It also answers "the free blocks after
+this one" in O(1), which the CPU offload tier's lazy store cursor needs on every step.
+
+    head sentinel <-> b3 <-> b4 <-> b2 <-> b1 <-> tail sentinel
+    (evicted first)                         (freed last, kept longest)
+
+A queued block has both links set; a block outside the queue has both None. The sentinels
+(block id -1) are never handed out, so the hot paths never test for an empty neighbour.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from vtwin.errors import IntegrityError
 
 BlockHash = bytes
+SENTINEL_ID = -1
 
 
 @dataclass(slots=True, eq=False)
@@ -36,6 +42,9 @@ class KVCacheBlock:
     # Secondary prefix-cache keys of this block: hashes of sub-block boundaries inside it
     # (a prompt that ends inside the block can still be found at that boundary).
     extra_hashes: list[BlockHash] | None = None
+    # The free queue's links (both None while the block is not free).
+    prev_free: KVCacheBlock | None = None
+    next_free: KVCacheBlock | None = None
 
     def reset_hash(self) -> None:
         self.block_hash = None
@@ -47,6 +56,10 @@ class KVCacheBlock:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={h})"
 
 
+def _unqueued(block: KVCacheBlock) -> IntegrityError:
+    return IntegrityError(f"free queue: {block} is not queued")
+
+
 class FreeKVCacheBlockQueue:
     """Free blocks in eviction order: the head is evicted (reused) first.
 
@@ -54,65 +67,136 @@ class FreeKVCacheBlockQueue:
     freed without one go to the front (nothing is lost by reusing them first).
     """
 
-    __slots__ = ("_queue",)
+    __slots__ = ("_head", "_tail", "num_free_blocks")
 
     def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
-        self._queue: OrderedDict[int, KVCacheBlock] = OrderedDict(
-            (block.block_id, block) for block in blocks
-        )
-
-    @property
-    def queue(self) -> OrderedDict[int, KVCacheBlock]:
-        """The underlying ordered map (block id -> block), for the pool's hot loops."""
-        return self._queue
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._queue)
+        self._head = KVCacheBlock(SENTINEL_ID)
+        self._tail = KVCacheBlock(SENTINEL_ID)
+        self._head.next_free = self._tail
+        self._tail.prev_free = self._head
+        self.num_free_blocks = 0
+        self.append_n(list(blocks))
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return self.num_free_blocks
 
     def popleft(self) -> KVCacheBlock:
-        if not self._queue:
+        if self.num_free_blocks == 0:
             raise ValueError("No free block is available")
-        return self._queue.popitem(False)[1]
+        return self.popleft_n(1)[0]
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        if n > len(self._queue):
-            raise ValueError(f"Cannot pop {n} blocks: only {len(self._queue)} are free")
-        pop = self._queue.popitem
-        return [pop(False)[1] for _ in range(n)]
+        """The first `n` blocks, unlinked in one splice (head -> the block after them)."""
+        if n > self.num_free_blocks:
+            raise ValueError(f"Cannot pop {n} blocks: only {self.num_free_blocks} are free")
+        taken: list[KVCacheBlock] = []
+        block = self._head.next_free
+        for _ in range(n):
+            if block is None:
+                raise _unqueued(self._head)
+            taken.append(block)
+            following = block.next_free
+            block.prev_free = block.next_free = None
+            block = following
+        if block is None:
+            raise _unqueued(self._head)
+        self._head.next_free = block
+        block.prev_free = self._head
+        self.num_free_blocks -= n
+        return taken
 
     def remove(self, block: KVCacheBlock) -> None:
-        del self._queue[block.block_id]
+        """Unlink a block from anywhere in the queue (a prefix hit on a cached free block)."""
+        before, after = block.prev_free, block.next_free
+        if before is None or after is None:
+            raise _unqueued(block)
+        before.next_free = after
+        after.prev_free = before
+        block.prev_free = block.next_free = None
+        self.num_free_blocks -= 1
 
     def append(self, block: KVCacheBlock) -> None:
-        self._queue[block.block_id] = block
+        tail = self._tail
+        last = tail.prev_free
+        if last is None:
+            raise _unqueued(tail)
+        last.next_free = block
+        block.prev_free = last
+        block.next_free = tail
+        tail.prev_free = block
+        self.num_free_blocks += 1
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        """Link `blocks` at the tail in order (the last of them is kept longest)."""
+        tail = self._tail
+        last = tail.prev_free
+        if last is None:
+            raise _unqueued(tail)
+        for block in blocks:
+            last.next_free = block
+            block.prev_free = last
+            last = block
+        last.next_free = tail
+        tail.prev_free = last
+        self.num_free_blocks += len(blocks)
 
     def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
         """Insert `blocks` at the front, keeping their order (blocks[0] becomes the head)."""
-        queue = self._queue
-        to_front = queue.move_to_end
-        for block in reversed(blocks):
-            queue[block.block_id] = block
-            to_front(block.block_id, False)
+        head = self._head
+        first = head.next_free
+        if first is None:
+            raise _unqueued(head)
+        last = head
+        for block in blocks:
+            last.next_free = block
+            block.prev_free = last
+            last = block
+        last.next_free = first
+        first.prev_free = last
+        self.num_free_blocks += len(blocks)
 
-    def block_ids(self) -> list[int]:
-        return list(self._queue)
+    def after(self, block: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
+        """Free blocks in eviction order after `block` (all of them for None; none when
+        `block` is not queued)."""
+        if block is None:
+            block = self._head
+        elif block.next_free is None:
+            return
+        tail = self._tail
+        current = block.next_free
+        while current is not None and current is not tail:
+            following = current.next_free  # read first: the consumer may unlink `current`
+            yield current
+            current = following
 
     def __iter__(self) -> Iterator[KVCacheBlock]:
-        return iter(self._queue.values())
+        return self.after(None)
+
+    def block_ids(self) -> list[int]:
+        return [block.block_id for block in self.after(None)]
 
     def check_integrity(self) -> None:
-        """Every entry is keyed by its own id, is free (ref 0) and is not the null block.
+        """The links agree both ways, the count matches, and every entry is free (ref 0), not
+        the null block and queued once.
 
         Raises `IntegrityError` (not `assert`): the check must survive `python -O`.
         """
-        for block_id, block in self._queue.items():
-            if block.block_id != block_id:
-                raise IntegrityError(f"free queue: key {block_id} holds {block}")
-            if block.ref_cnt != 0:
-                raise IntegrityError(f"free queue: {block} is queued with ref_cnt > 0")
-            if block.is_null:
+        seen: set[int] = set()
+        before = self._head
+        current = before.next_free
+        while current is not self._tail:
+            if current is None or current.prev_free is not before:
+                raise IntegrityError(f"free queue: broken link after {before}")
+            if current.block_id in seen:
+                raise IntegrityError(f"free queue: {current} is queued twice")
+            seen.add(current.block_id)
+            if current.ref_cnt != 0:
+                raise IntegrityError(f"free queue: {current} is queued with ref_cnt > 0")
+            if current.is_null:
                 raise IntegrityError("free queue: the null block is queued")
+            before, current = current, current.next_free
+        if self._tail.prev_free is not before:
+            raise IntegrityError("free queue: the tail does not link back to the last block")
+        if len(seen) != self.num_free_blocks:
+            raise IntegrityError(f"free queue: {len(seen)} blocks linked, "
+                                 f"{self.num_free_blocks} counted")

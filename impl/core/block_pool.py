@@ -175,12 +175,22 @@ class BlockPool:
         if block_hash is None:
             return False
         group_id = block.hash_group_id
-        hashes = [block_hash, *block.extra_hashes] if block.extra_hashes else [block_hash]
-        block.reset_hash()
+        extra_hashes = block.extra_hashes
+        block.block_hash = None
+        block.hash_group_id = -1
+        block.extra_hashes = None
         hash_map = self._hash_maps.get(group_id)
         if hash_map is None:
             return False
-        removed = tuple(h for h in hashes if hash_map.pop(h, block.block_id) is not None)
+        if extra_hashes is None:  # the common case: one key, one event
+            if hash_map.pop(block_hash, block.block_id) is None:
+                return False
+            if self.enable_kv_cache_events:
+                self.kv_event_queue.append(BlockRemoved(block_hashes=(block_hash,),
+                                                        group_id=group_id))
+            return True
+        removed = [h for h in (block_hash, *extra_hashes)
+                   if hash_map.pop(h, block.block_id) is not None]
         if not removed:
             return False
         if self.enable_kv_cache_events:  # one event per hash, as subscribers count them
@@ -190,10 +200,10 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
-        queue = self.free_block_queue.queue
+        queue = self.free_block_queue
         for block in blocks:
             if block.ref_cnt == 0:
-                del queue[block.block_id]
+                queue.remove(block)
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -203,8 +213,8 @@ class BlockPool:
         first). Freed blocks that carry a hash go to the tail of the free queue; blocks without
         a hash hold nothing worth keeping and go to the front, to be reused first.
         """
+        hashed: list[KVCacheBlock] = []
         unhashed: list[KVCacheBlock] = []
-        queue = self.free_block_queue.queue
         for block in ordered_blocks:
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
@@ -212,7 +222,9 @@ class BlockPool:
                 if block.block_hash is None:
                     unhashed.append(block)
                 else:
-                    queue[block.block_id] = block
+                    hashed.append(block)
+        if hashed:
+            self.free_block_queue.append_n(hashed)
         if unhashed:
             self.free_block_queue.prepend_n(unhashed)
 

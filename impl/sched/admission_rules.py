@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from impl.behaviour import Behaviour
 from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from impl.sched.step_plan import StepPlan
 
 
+@trait
 class AdmissionRules:
     scheduler_config: SchedulerConfig
     running: list[Request]

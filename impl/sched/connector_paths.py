@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.types import KVConnectorOutput
 from impl.core.block import KVCacheBlock
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 
 
+@trait
 class ConnectorPaths:
     kv_cache_manager: KVCacheManager
     requests: dict[str, Request]

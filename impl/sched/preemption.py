@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from impl.core.kv_cache_manager import KVCacheManager
+from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -18,7 +21,11 @@ if TYPE_CHECKING:
     from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 
 
-class Preemption:
+@trait
+class Preemption(ConnectorPaths):
+    """Preemption frees through the connector paths (`_free_request_blocks` holds a
+    victim's blocks back while a step in flight still writes them), hence the base."""
+
     running: list[Request]
     policy: str
     continuum: ContinuumPolicy | None
@@ -26,9 +33,6 @@ class Preemption:
     waiting: FCFSRequestQueue | PriorityRequestQueue
     inflight_prefills: dict[str, Request]
     num_preemptions: int
-
-    if TYPE_CHECKING:  # provided by `ConnectorPaths`
-        def _free_request_blocks(self, request: Request) -> None: ...
 
     def _victim_index(self, index: int) -> int:
         """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:

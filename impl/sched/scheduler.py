@@ -16,7 +16,6 @@ from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission_rules import AdmissionRules
 from impl.sched.config import SchedulerConfig, check_mamba_caching
-from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.continuum import trace_points
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
@@ -35,7 +34,7 @@ from impl.sched.step_plan import StepPlan
 from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates, AdmissionRules, Preemption, ConnectorPaths):
+class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
     # Set by `ConnectorPaths._setup_connector`; declared here for the mypyc build, which
     # types this class's attributes from its own body.
     has_connector: bool

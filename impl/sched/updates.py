@@ -6,9 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
+
 from impl.behaviour import Behaviour
-from impl.connector.types import KVConnectorOutput
 from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from impl.sched.request import Request, RequestStatus
@@ -28,7 +30,11 @@ class SchedulerStats:
     num_skipped_waiting_reqs: int = 0
 
 
-class SchedulerUpdates:
+@trait
+class SchedulerUpdates(ConnectorPaths):
+    """Applying a step's output: finished loads, invalid blocks and deferred frees go through
+    the connector paths first, hence the base."""
+
     requests: dict[str, Request]
     running: list[Request]
     waiting: FCFSRequestQueue | PriorityRequestQueue
@@ -49,15 +55,6 @@ class SchedulerUpdates:
     finished_recving_kv_req_ids: set[str]
     failed_recving_kv_req_ids: set[str]
     inflight_prefills: dict[str, Request]
-
-    if TYPE_CHECKING:  # provided by `ConnectorPaths` (declared here for the type checker)
-        def _drain_deferred_frees(self) -> None: ...
-        def _free_request_blocks(self, request: Request) -> None: ...
-        def _free_blocks(self, request: Request) -> None: ...
-        def _connector_finished(self, request: Request) -> bool: ...
-        def _handle_invalid_blocks(self, invalid: frozenset[int],
-                                   num_scheduled: dict[str, int]) -> set[str]: ...
-        def _update_from_kv_xfer_finished(self, output: KVConnectorOutput) -> None: ...
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:

@@ -51,3 +51,35 @@ def test_integrity_catches_a_referenced_block_in_the_queue() -> None:
     blocks[1].ref_cnt = 1
     with pytest.raises(IntegrityError, match="ref_cnt"):
         queue.check_integrity()
+
+
+def test_after_walks_from_a_queued_block_and_yields_nothing_for_an_unqueued_one() -> None:
+    queue, blocks = queue_of(5)
+    assert [b.block_id for b in queue.after(blocks[2])] == [3, 4]
+    assert [b.block_id for b in queue.after(None)] == [0, 1, 2, 3, 4]
+    queue.remove(blocks[2])
+    assert list(queue.after(blocks[2])) == []
+    queue.append(blocks[2])
+    assert [b.block_id for b in queue.after(blocks[3])] == [4, 2]
+
+
+def test_links_are_cleared_when_a_block_leaves_and_removing_it_twice_is_an_error() -> None:
+    queue, blocks = queue_of(3)
+    [first] = queue.popleft_n(1)
+    assert first.prev_free is None and first.next_free is None
+    queue.remove(blocks[1])
+    assert blocks[1].prev_free is None and blocks[1].next_free is None
+    with pytest.raises(IntegrityError, match="not queued"):
+        queue.remove(blocks[1])
+    assert queue.block_ids() == [2] and queue.num_free_blocks == 1
+    queue.check_integrity()
+
+
+def test_append_n_and_prepend_n_on_an_empty_queue() -> None:
+    queue, blocks = queue_of(3)
+    taken = queue.popleft_n(3)
+    assert queue.block_ids() == [] and len(queue) == 0
+    queue.prepend_n([taken[1]])
+    queue.append_n([taken[2], taken[0]])
+    assert queue.block_ids() == [1, 2, 0]
+    queue.check_integrity()

@@ -84,10 +84,26 @@ def test_an_index_entry_in_the_wrong_group_is_caught() -> None:
         pool.check_integrity({block.block_id: 1})
 
 
-def test_a_free_queue_entry_under_a_wrong_key_is_caught() -> None:
+def test_a_free_queue_link_broken_one_way_is_caught() -> None:
+    blocks = [KVCacheBlock(1), KVCacheBlock(2), KVCacheBlock(3)]
+    queue = FreeKVCacheBlockQueue(blocks)
+    blocks[2].prev_free = blocks[0]  # 2 -> 3 forward, but 3 says 1 is before it
+    with pytest.raises(IntegrityError, match="free queue: broken link after .*id=2"):
+        queue.check_integrity()
+
+
+def test_a_free_queue_count_off_by_one_is_caught() -> None:
     queue = FreeKVCacheBlockQueue([KVCacheBlock(1), KVCacheBlock(2)])
-    queue.queue[1] = KVCacheBlock(7)
-    with pytest.raises(IntegrityError, match="free queue: key 1 holds"):
+    queue.num_free_blocks = 3
+    with pytest.raises(IntegrityError, match="2 blocks linked, 3 counted"):
+        queue.check_integrity()
+
+
+def test_a_free_queue_cycle_is_caught() -> None:
+    blocks = [KVCacheBlock(1), KVCacheBlock(2)]
+    queue = FreeKVCacheBlockQueue(blocks)
+    blocks[1].next_free, blocks[0].prev_free = blocks[0], blocks[1]
+    with pytest.raises(IntegrityError, match="queued twice|broken link"):
         queue.check_integrity()
 
 
