@@ -88,8 +88,10 @@ def ci(session: nox.Session) -> None:
 def compiled_suite(session: nox.Session) -> None:
     """The twin compiled with mypyc (`python -m impl.compiled.build`, ~1 min; built only when a
     C compiler is here) against upstream: the default scheduler suite and the regression
-    workloads in lockstep, with VTWIN_COMPILED=1 loading the compiled modules (~1 min on two
-    workers). Not the harness's own tests (planted bugs subclass the twin's pure classes)."""
+    workloads in lockstep, with VTWIN_COMPILED=1 loading the compiled modules (~2 min on two
+    workers), the hash differential test and the unit tests of what only the compiled build
+    runs differently (the direct block encoders, the free queue's links). Not the harness's own
+    tests (planted bugs subclass the twin's pure classes)."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         session.log("no C compiler: the compiled twin is not built and its suite does not run")
         return
@@ -97,6 +99,9 @@ def compiled_suite(session: nox.Session) -> None:
     session.run("python", "-m", "impl.compiled.build", "--require")
     session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
                 "conformance/tests/test_offload_suite.py",
+                "conformance/tests/test_hash_differential.py", "tests/core/test_token_runs.py",
+                "tests/core/test_free_queue.py",
+                "tests/core/test_block_pool.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
 
 

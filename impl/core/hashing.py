@@ -19,26 +19,38 @@ import cbor2
 import xxhash
 
 from impl.core.block import BlockHash
+from impl.core.token_runs import cbor_block, pickle_block
 
 HashFunction = Callable[[Any], bytes]
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
+BytesDigest = Callable[[bytes], bytes]
+
+
+def sha256_digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def xxhash_digest(data: bytes) -> bytes:
+    return xxhash.xxh3_128_digest(data)
+
+
 def sha256(value: Any) -> bytes:
-    return hashlib.sha256(pickle.dumps(value, protocol=_PICKLE_PROTOCOL)).digest()
+    return sha256_digest(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
 
 
 def sha256_cbor(value: Any) -> bytes:
-    return hashlib.sha256(cbor2.dumps(value, canonical=True)).digest()
+    return sha256_digest(cbor2.dumps(value, canonical=True))
 
 
 def xxhash_pickle(value: Any) -> bytes:
-    return xxhash.xxh3_128_digest(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
+    return xxhash_digest(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
 
 
 def xxhash_cbor(value: Any) -> bytes:
-    return xxhash.xxh3_128_digest(cbor2.dumps(value, canonical=True))
+    return xxhash_digest(cbor2.dumps(value, canonical=True))
 
 
 HASH_FUNCTIONS: dict[str, HashFunction] = {
@@ -47,6 +59,15 @@ HASH_FUNCTIONS: dict[str, HashFunction] = {
     "xxhash": xxhash_pickle,
     "xxhash_cbor": xxhash_cbor,
 }
+BlockEncoder = Callable[[bytes, list[int], int, int], "bytes | None"]
+DIRECT_ENCODINGS: dict[str, tuple[BlockEncoder, BytesDigest]] = {
+    "sha256": (pickle_block, sha256_digest),
+    "sha256_cbor": (cbor_block, sha256_digest),
+    "xxhash": (pickle_block, xxhash_digest),
+    "xxhash_cbor": (cbor_block, xxhash_digest),
+}
+"""Per hash function, for blocks without extra keys: its serialisation written directly
+(`impl.core.token_runs`) and the digest over it; the same bytes as `HASH_FUNCTIONS` hashes."""
 
 
 def get_hash_fn_by_name(name: str) -> HashFunction:

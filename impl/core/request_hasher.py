@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from impl.core.block import BlockHash
-from impl.core.hashing import get_hash_fn_by_name
+from impl.core.hashing import DIRECT_ENCODINGS, get_hash_fn_by_name
+from impl.core.token_runs import DIRECT
 
 
 class HashableRequest(Protocol):
@@ -29,13 +30,14 @@ class RequestBlockHasher:
     to every later block). Keys are tagged tuples so different kinds can never collide.
     """
 
-    __slots__ = ("hash_block_size", "_hash_fn", "none_hash")
+    __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_encode", "_digest")
 
     def __init__(self, hash_block_size: int, hash_name: str, none_hash: BlockHash) -> None:
         if hash_block_size < 1:
             raise ValueError(f"hash_block_size: must be >= 1 (got {hash_block_size})")
         self.hash_block_size = hash_block_size
         self._hash_fn = get_hash_fn_by_name(hash_name)
+        self._encode, self._digest = DIRECT_ENCODINGS[hash_name]
         self.none_hash = none_hash
 
     def extra_keys(self, request: HashableRequest, start: int) -> tuple[Any, ...] | None:
@@ -52,12 +54,30 @@ class RequestBlockHasher:
         tokens = request.all_token_ids
         start = len(hashes) * size
         parent = hashes[-1] if hashes else self.none_hash
-        hash_fn = self._hash_fn
         plain = request.lora_name is None and request.cache_salt is None
+        if plain and DIRECT:
+            return self._hash_direct(parent, tokens, start)
+        hash_fn = self._hash_fn
         new: list[BlockHash] = []
         while start + size <= len(tokens):
             extra = None if plain else self.extra_keys(request, start)
             parent = hash_fn((parent, tuple(tokens[start : start + size]), extra))
+            new.append(parent)
+            start += size
+        return new
+
+    def _hash_direct(self, parent: BlockHash, tokens: list[int], start: int) -> list[BlockHash]:
+        """Blocks without extra keys, each serialised by `impl.core.token_runs` (compiled: no
+        tuple, no serialiser call); a block it does not encode goes through the hash function."""
+        size = self.hash_block_size
+        encode, digest, hash_fn = self._encode, self._digest, self._hash_fn
+        new: list[BlockHash] = []
+        while start + size <= len(tokens):
+            serialised = encode(parent, tokens, start, start + size)
+            if serialised is None:
+                parent = hash_fn((parent, tuple(tokens[start : start + size]), None))
+            else:
+                parent = digest(serialised)
             new.append(parent)
             start += size
         return new
