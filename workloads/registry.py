@@ -3,7 +3,8 @@
 Bundled workloads are made on demand rather than stored: every generator family at seed 0 and
 scale 1, plus replays of the two bundled traces. The plain `mooncake` and `azure` replays are
 cut down to fit CI (the first 100 or 200 rows, replayed faster so they span a few hundred steps);
-`mooncake-full` and `azure-full` replay the whole traces for benchmarks.
+`mooncake-full`, `mooncake-conversation` and `azure-full` replay the whole traces for
+benchmarks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from workloads.traces.replay import ReplayOptions
 
 TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
 MOONCAKE_TRACE = TRACES_DIR / "mooncake_synthetic_trace.jsonl"
+MOONCAKE_CONVERSATION_TRACE = TRACES_DIR / "mooncake_conversation_trace.jsonl"
 AZURE_TRACE = TRACES_DIR / "azure_llm_2023_conv.csv"
 
 
@@ -63,6 +65,12 @@ BUNDLED: MappingProxyType[str, Bundled] = MappingProxyType(
             "mooncake-full",
             "Mooncake synthetic trace, all 3993 rows as recorded (benchmark-sized)",
             _replay(mooncake.replay, MOONCAKE_TRACE, ReplayOptions(name="mooncake-full")),
+        ),
+        "mooncake-conversation": Bundled(
+            "mooncake-conversation",
+            "Mooncake conversation trace, all 12031 rows as recorded (benchmark-sized)",
+            _replay(mooncake.replay, MOONCAKE_CONVERSATION_TRACE,
+                    ReplayOptions(name="mooncake-conversation")),
         ),
         "azure": Bundled(
             "azure",

@@ -23,7 +23,7 @@ def make_output(plan: StepPlan, max_num_scheduled_tokens: int, finished_req_ids:
                              f"{max_num_scheduled_tokens} (left {plan.token_budget})")
     return SchedulerOutput(
         scheduled_new_reqs=[
-            NewRequestData(r.request_id, list(r.prompt_token_ids),
+            NewRequestData(r.request_id, r.prompt_token_ids,
                            plan.new_blocks_of[r.request_id].get_block_ids(),
                            r.num_computed_tokens, r.lora_name)
             for r in plan.scheduled_new

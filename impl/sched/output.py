@@ -8,7 +8,6 @@ their block table instead of appending to it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from impl.connector.types import KVConnectorOutput, OffloadMetadata
 
@@ -19,7 +18,8 @@ PLACEHOLDER_DRAFT = -1
 @dataclass(slots=True)
 class NewRequestData:
     req_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: tuple[int, ...]
+    """The request's own prompt tuple (immutable, so shared rather than copied)."""
     block_ids: tuple[list[int], ...]
     num_computed_tokens: int
     lora_name: str | None = None
@@ -72,9 +72,11 @@ class DraftTokenIds:
     draft_token_ids: list[list[int]]
 
 
-class EngineCoreOutput(NamedTuple):
-    """One request's result of a step. A NamedTuple: built for every request every step, it
-    must be cheap (a frozen dataclass costs several times more to construct)."""
+@dataclass(slots=True)
+class EngineCoreOutput:
+    """One request's result of a step. Built for every request every step, so it must be
+    cheap: a slotted (not frozen) dataclass, which mypyc compiles to a native class (~30 ns to
+    build, where a NamedTuple's interpreted `__new__` costs ~300 ns from compiled code)."""
 
     request_id: str
     new_token_ids: list[int]

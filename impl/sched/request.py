@@ -67,7 +67,9 @@ class Request:
         is_last_step: bool = True,
     ) -> None:
         self.request_id = request_id
-        self.prompt_token_ids = list(prompt_token_ids)
+        # A tuple: shared as is with the scheduler output's NewRequestData and never copied
+        # again (a tuple given here is kept without a copy; a 40k-token prompt costs one list).
+        self.prompt_token_ids = tuple(prompt_token_ids)
         self.all_token_ids = list(self.prompt_token_ids)
         self.output_token_ids: list[int] = []
         self.num_prompt_tokens = len(self.prompt_token_ids)
