@@ -85,6 +85,17 @@ def ci(session: nox.Session) -> None:
                 env=ORACLE_ENV)
 
 
+def build_compiled(session: nox.Session) -> bool:
+    """Build the compiled twin (mypyc, ~40 s; nothing when up to date) when a C compiler is
+    here; False, with a line saying so, when there is none (the twin then runs pure)."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        session.log("no C compiler: the compiled twin is not built (the twin runs pure Python)")
+        return False
+    session.install("mypy>=1.10")  # mypyc ships with mypy
+    session.run("python", "-m", "impl.compiled.build", "--require")
+    return True
+
+
 def compiled_suite(session: nox.Session) -> None:
     """The twin compiled with mypyc (`python -m impl.compiled.build`, ~1 min; built only when a
     C compiler is here) against upstream: the default scheduler suite and the regression
@@ -92,11 +103,8 @@ def compiled_suite(session: nox.Session) -> None:
     workers), the hash differential test and the unit tests of what only the compiled build
     runs differently (the direct block encoders, the free queue's links). Not the harness's own
     tests (planted bugs subclass the twin's pure classes)."""
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        session.log("no C compiler: the compiled twin is not built and its suite does not run")
+    if not build_compiled(session):
         return
-    session.install("mypy>=1.10")  # mypyc ships with mypy
-    session.run("python", "-m", "impl.compiled.build", "--require")
     session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
                 "conformance/tests/test_offload_suite.py",
                 "conformance/tests/test_hash_differential.py", "tests/core/test_token_runs.py",
@@ -174,21 +182,28 @@ def dev(session: nox.Session) -> None:
     line that puts `vtwin` on PATH (`source .nox/dev/bin/activate`)."""
     install_oracle(session)
     session.install("-e", ".[test,runner,lint]")
+    if build_compiled(session):
+        session.log("the compiled twin is built: VTWIN_COMPILED=1 uses it (`vtwin --version` "
+                    "says which twin runs)")
     activate = os.path.join(session.virtualenv.location, "bin", "activate")
     session.log(f"ready: `source {os.path.relpath(activate)}`, then `vtwin --help`")
 
 
 @nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
-    """The quick benchmark pass: impl vs upstream, interleaved in one process; the ratio table on
+    """The quick benchmark pass: impl (compiled when a C compiler is here) vs upstream,
+    interleaved in one process; the ratio table on
     the console, and a run directory reports/benchmarks/RUN_ID/ (benchmarks.json, benchmarks.md,
     run.json; reports/benchmarks/latest and index.html list every run; a few minutes on 2
     cores). `nox -s benchmarks -- --only 'scheduler.*'` narrows it; `-- --list` names the
     cases."""
     install_oracle(session)
     session.install("-e", ".[runner]")
+    # The compiled twin when a compiler is here (what users run for speed), else the pure one;
+    # the report's header names which.
+    compiled = {"VTWIN_COMPILED": "1"} if build_compiled(session) else {}
     session.run("python", "-m", "conformance.bench_cli", "--quick", *session.posargs,
-                env=ORACLE_ENV)
+                env={**ORACLE_ENV, **compiled})
 
 
 @nox.session(python=PYTHON)

@@ -14,6 +14,7 @@ to stderr, so stdout stays parseable). Arguments are checked before anything is 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     )
 
     apply_oracle_env()
+    if not args.list:
+        from impl.compiled import describe
+
+        print(f"vtwin bench: twin: {describe()}", file=sys.stderr)
     if args.trace is not None:
         return run_trace(args)
     if args.list:

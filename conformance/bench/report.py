@@ -24,9 +24,12 @@ LEFT_OUT_NOTE = "not measured in this run"
 
 
 def environment(rounds: int, seconds: float) -> dict[str, Any]:
+    from impl.compiled import describe
+
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git_commit(),
+        "twin": describe(),
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
         "rounds": rounds,
@@ -115,6 +118,7 @@ def render_markdown(results: Sequence[Result], env: dict[str, Any],
         "",
         f"- date: {env.get('date')}, commit: {env.get('commit')}",
         f"- machine: {env.get('machine')}, Python {env.get('python')}",
+        f"- twin: {env.get('twin')}",
         f"- rounds: {env.get('rounds')}, pass took {env.get('seconds')} s",
         "",
         "## Ratios (quick pass)",

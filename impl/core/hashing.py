@@ -19,7 +19,6 @@ import cbor2
 import xxhash
 
 from impl.core.block import BlockHash
-from impl.core.token_runs import cbor_block, pickle_block
 
 HashFunction = Callable[[Any], bytes]
 
@@ -59,15 +58,10 @@ HASH_FUNCTIONS: dict[str, HashFunction] = {
     "xxhash": xxhash_pickle,
     "xxhash_cbor": xxhash_cbor,
 }
-BlockEncoder = Callable[[bytes, list[int], int, int], "bytes | None"]
-DIRECT_ENCODINGS: dict[str, tuple[BlockEncoder, BytesDigest]] = {
-    "sha256": (pickle_block, sha256_digest),
-    "sha256_cbor": (cbor_block, sha256_digest),
-    "xxhash": (pickle_block, xxhash_digest),
-    "xxhash_cbor": (cbor_block, xxhash_digest),
-}
-"""Per hash function, for blocks without extra keys: its serialisation written directly
-(`impl.core.token_runs`) and the digest over it; the same bytes as `HASH_FUNCTIONS` hashes."""
+CBOR_HASH_FUNCTIONS = frozenset({"sha256_cbor", "xxhash_cbor"})
+SHA256_HASH_FUNCTIONS = frozenset({"sha256", "sha256_cbor"})
+"""How each function serialises (CBOR, else pickle) and digests (SHA-256, else XXH3-128): the
+request hasher's direct path writes the same bytes itself (`impl.core.token_runs`)."""
 
 
 def get_hash_fn_by_name(name: str) -> HashFunction:

@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from impl.core.block import BlockHash
-from impl.core.hashing import DIRECT_ENCODINGS, get_hash_fn_by_name
-from impl.core.token_runs import DIRECT
+from impl.core.hashing import (
+    CBOR_HASH_FUNCTIONS,
+    SHA256_HASH_FUNCTIONS,
+    get_hash_fn_by_name,
+    sha256_digest,
+    xxhash_digest,
+)
+from impl.core.token_runs import DIRECT, cbor_block, pickle_block
 
 
 class HashableRequest(Protocol):
@@ -30,14 +36,17 @@ class RequestBlockHasher:
     to every later block). Keys are tagged tuples so different kinds can never collide.
     """
 
-    __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_encode", "_digest")
+    __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_cbor", "_sha256")
 
     def __init__(self, hash_block_size: int, hash_name: str, none_hash: BlockHash) -> None:
         if hash_block_size < 1:
             raise ValueError(f"hash_block_size: must be >= 1 (got {hash_block_size})")
         self.hash_block_size = hash_block_size
         self._hash_fn = get_hash_fn_by_name(hash_name)
-        self._encode, self._digest = DIRECT_ENCODINGS[hash_name]
+        # What `_hash_direct` writes and digests (called directly: compiled, a call through
+        # a stored function would cost more than the encoding of a 16-token block).
+        self._cbor = hash_name in CBOR_HASH_FUNCTIONS
+        self._sha256 = hash_name in SHA256_HASH_FUNCTIONS
         self.none_hash = none_hash
 
     def extra_keys(self, request: HashableRequest, start: int) -> tuple[Any, ...] | None:
@@ -70,14 +79,18 @@ class RequestBlockHasher:
         """Blocks without extra keys, each serialised by `impl.core.token_runs` (compiled: no
         tuple, no serialiser call); a block it does not encode goes through the hash function."""
         size = self.hash_block_size
-        encode, digest, hash_fn = self._encode, self._digest, self._hash_fn
+        cbor, sha, hash_fn = self._cbor, self._sha256, self._hash_fn
         new: list[BlockHash] = []
         while start + size <= len(tokens):
-            serialised = encode(parent, tokens, start, start + size)
+            end = start + size
+            serialised = (cbor_block(parent, tokens, start, end) if cbor
+                          else pickle_block(parent, tokens, start, end))
             if serialised is None:
-                parent = hash_fn((parent, tuple(tokens[start : start + size]), None))
+                parent = hash_fn((parent, tuple(tokens[start:end]), None))
+            elif sha:
+                parent = sha256_digest(serialised)
             else:
-                parent = digest(serialised)
+                parent = xxhash_digest(serialised)
             new.append(parent)
-            start += size
+            start = end
         return new
