@@ -56,6 +56,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="replay one whole workload (a bundled name such as mooncake-full, "
                              "or a .jsonl file) once per system: build (prompt hashing) and "
                              "replay seconds")
+    parser.add_argument("--dropin", action="store_true",
+                        help="upstream's engine (CPU, tiny checkpoint) with its own scheduler, "
+                             "then with the twin as scheduler_cls: tokens/s, schedule + update "
+                             "ms per step and its share of the step")
     parser.add_argument("--systems", default="impl,upstream", metavar="LIST",
                         help="with --trace: the systems, in order (default impl,upstream; "
                              "'impl' alone needs no vLLM)")
@@ -79,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"vtwin bench: twin: {describe()}", file=sys.stderr)
     if args.trace is not None:
         return run_trace(args)
+    if args.dropin:
+        return run_dropin(args)
     if args.list:
         cases, left_out = all_cases()
         for case in select(cases, args.only):
@@ -133,6 +139,30 @@ def run_trace(args: argparse.Namespace) -> int:
         print(f"impl / upstream: build {impl.build_seconds / upstream.build_seconds:.3f}, "
               f"replay {impl.replay_seconds / upstream.replay_seconds:.3f}, "
               f"total {impl.total_seconds / upstream.total_seconds:.3f}")
+    if args.json:
+        write_text(args.json, json.dumps([t.to_json() for t in timings], indent=2))
+    return 0
+
+
+def run_dropin(args: argparse.Namespace) -> int:
+    """`--dropin`: upstream's engine with each scheduler in turn; the lines, JSON with --json."""
+    import json
+
+    from conformance.bench.dropin import time_dropin
+    from conformance.bench.quick import upstream_available
+    from conformance.rundirs import check_output_file, write_text
+
+    if not upstream_available():
+        raise UserError("upstream vLLM is not installed: the drop-in runs inside its engine")
+    check_output_file(args.json, "--json")
+    timings = [time_dropin(scheduler) for scheduler in ("upstream", "impl")]
+    for timing in timings:
+        print(timing.line())
+    upstream, impl = timings
+    sched_ratio = impl.sched_ms_per_step / upstream.sched_ms_per_step
+    print(f"impl / upstream: schedule + update {sched_ratio:.3f}, "
+          f"step {impl.step_ms / upstream.step_ms:.3f}, "
+          f"tokens/s {impl.tokens_per_second / upstream.tokens_per_second:.3f}")
     if args.json:
         write_text(args.json, json.dumps([t.to_json() for t in timings], indent=2))
     return 0

@@ -46,6 +46,24 @@ def test_measuring_needs_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
         bench_cli.run(parse("--quick"))
 
 
+def test_dropin_needs_upstream_and_names_the_twin_it_runs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(quick, "upstream_available", lambda: False)
+    with pytest.raises(UserError, match="the drop-in runs inside its engine"):
+        bench_cli.run(parse("--dropin"))
+    assert "vtwin bench: twin: pure Python" in capsys.readouterr().err
+
+
+def test_dropin_timing_reports_the_scheduling_share() -> None:
+    from conformance.bench.dropin import DropInTiming
+
+    timing = DropInTiming("impl", steps=10, tokens_per_second=100.0, sched_ms_per_step=0.5,
+                          step_ms=10.0)
+    assert timing.sched_share == pytest.approx(5.0)
+    assert timing.to_json()["sched_share_percent"] == pytest.approx(5.0)
+    assert "0.500 ms/step (5.0% of the step)" in timing.line()
+
+
 def test_selection_by_glob_or_substring() -> None:
     cases, _ = quick.all_cases()
     assert [c.name for c in quick.select(cases, ["replay.*"])] == ["replay.mooncake",
