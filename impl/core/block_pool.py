@@ -170,33 +170,29 @@ class BlockPool:
                 block.ref_cnt = 1
         return blocks
 
-    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> None:
+        """Drop the block's prefix-cache entries (a removal event per hash); no-op for a block
+        without a hash."""
         block_hash = block.block_hash
         if block_hash is None:
-            return False
+            return
         group_id = block.hash_group_id
         extra_hashes = block.extra_hashes
-        block.block_hash = None
-        block.hash_group_id = -1
-        block.extra_hashes = None
+        block.reset_hash()
         hash_map = self._hash_maps.get(group_id)
         if hash_map is None:
-            return False
+            return
         if extra_hashes is None:  # the common case: one key, one event
-            if hash_map.pop(block_hash, block.block_id) is None:
-                return False
-            if self.enable_kv_cache_events:
+            if (hash_map.pop(block_hash, block.block_id) is not None
+                    and self.enable_kv_cache_events):
                 self.kv_event_queue.append(BlockRemoved(block_hashes=(block_hash,),
                                                         group_id=group_id))
-            return True
+            return
         removed = [h for h in (block_hash, *extra_hashes)
                    if hash_map.pop(h, block.block_id) is not None]
-        if not removed:
-            return False
         if self.enable_kv_cache_events:  # one event per hash, as subscribers count them
             self.kv_event_queue.extend(BlockRemoved(block_hashes=(h,), group_id=group_id)
                                        for h in removed)
-        return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
