@@ -16,7 +16,7 @@ A queued block has both links set; a block outside the queue has both None. The 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from vtwin.errors import IntegrityError
@@ -69,13 +69,13 @@ class FreeKVCacheBlockQueue:
 
     __slots__ = ("_head", "_tail", "num_free_blocks")
 
-    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
         self._head = KVCacheBlock(SENTINEL_ID)
         self._tail = KVCacheBlock(SENTINEL_ID)
         self._head.next_free = self._tail
         self._tail.prev_free = self._head
         self.num_free_blocks = 0
-        self.append_n(list(blocks))
+        self.append_n(blocks)
 
     def __len__(self) -> int:
         return self.num_free_blocks
