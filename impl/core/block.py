@@ -56,6 +56,17 @@ class KVCacheBlock:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={h})"
 
 
+def _chain(start: KVCacheBlock, blocks: list[KVCacheBlock]) -> KVCacheBlock:
+    """Link `blocks` one after another behind `start`; returns the last (`start` if none). The
+    caller links the last one onward."""
+    last = start
+    for block in blocks:
+        last.next_free = block
+        block.prev_free = last
+        last = block
+    return last
+
+
 def _unqueued(block: KVCacheBlock) -> IntegrityError:
     return IntegrityError(f"free queue: {block} is not queued")
 
@@ -132,12 +143,9 @@ class FreeKVCacheBlockQueue:
         last = tail.prev_free
         if last is None:
             raise _unqueued(tail)
-        for block in blocks:
-            last.next_free = block
-            block.prev_free = last
-            last = block
-        last.next_free = tail
-        tail.prev_free = last
+        end = _chain(last, blocks)
+        end.next_free = tail
+        tail.prev_free = end
         self.num_free_blocks += len(blocks)
 
     def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
@@ -146,13 +154,9 @@ class FreeKVCacheBlockQueue:
         first = head.next_free
         if first is None:
             raise _unqueued(head)
-        last = head
-        for block in blocks:
-            last.next_free = block
-            block.prev_free = last
-            last = block
-        last.next_free = first
-        first.prev_free = last
+        end = _chain(head, blocks)
+        end.next_free = first
+        first.prev_free = end
         self.num_free_blocks += len(blocks)
 
     def after(self, block: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
