@@ -67,8 +67,12 @@ def _chain(start: KVCacheBlock, blocks: list[KVCacheBlock]) -> KVCacheBlock:
     return last
 
 
-def _unqueued(block: KVCacheBlock) -> IntegrityError:
-    return IntegrityError(f"free queue: {block} is not queued")
+class NotQueuedError(IntegrityError):
+    """A link the free queue needed is missing: the block (or a sentinel's neighbour) is not in
+    the queue. Unreachable while the links are consistent, which `check_integrity` checks."""
+
+    def __init__(self, block: KVCacheBlock) -> None:
+        super().__init__(f"free queue: {block} is not queued")
 
 
 class FreeKVCacheBlockQueue:
@@ -104,13 +108,13 @@ class FreeKVCacheBlockQueue:
         block = self._head.next_free
         for _ in range(n):
             if block is None:
-                raise _unqueued(self._head)
+                raise NotQueuedError(self._head)
             taken.append(block)
             following = block.next_free
             block.prev_free = block.next_free = None
             block = following
         if block is None:
-            raise _unqueued(self._head)
+            raise NotQueuedError(self._head)
         self._head.next_free = block
         block.prev_free = self._head
         self.num_free_blocks -= n
@@ -120,7 +124,7 @@ class FreeKVCacheBlockQueue:
         """Unlink a block from anywhere in the queue (a prefix hit on a cached free block)."""
         before, after = block.prev_free, block.next_free
         if before is None or after is None:
-            raise _unqueued(block)
+            raise NotQueuedError(block)
         before.next_free = after
         after.prev_free = before
         block.prev_free = block.next_free = None
@@ -130,7 +134,7 @@ class FreeKVCacheBlockQueue:
         tail = self._tail
         last = tail.prev_free
         if last is None:
-            raise _unqueued(tail)
+            raise NotQueuedError(tail)
         last.next_free = block
         block.prev_free = last
         block.next_free = tail
@@ -142,7 +146,7 @@ class FreeKVCacheBlockQueue:
         tail = self._tail
         last = tail.prev_free
         if last is None:
-            raise _unqueued(tail)
+            raise NotQueuedError(tail)
         end = _chain(last, blocks)
         end.next_free = tail
         tail.prev_free = end
@@ -153,7 +157,7 @@ class FreeKVCacheBlockQueue:
         head = self._head
         first = head.next_free
         if first is None:
-            raise _unqueued(head)
+            raise NotQueuedError(head)
         end = _chain(head, blocks)
         end.next_free = first
         first.prev_free = end
