@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from vtwin.errors import IntegrityError
 
 BlockHash = bytes
@@ -67,6 +69,7 @@ def _chain(start: KVCacheBlock, blocks: list[KVCacheBlock]) -> KVCacheBlock:
     return last
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no native subclass of a builtin exception
 class NotQueuedError(IntegrityError):
     """A link the free queue needed is missing: the block (or a sentinel's neighbour) is not in
     the queue. Unreachable while the links are consistent, which `check_integrity` checks."""
