@@ -25,9 +25,6 @@ HashFunction = Callable[[Any], bytes]
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-BytesDigest = Callable[[bytes], bytes]
-
-
 def sha256_digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
