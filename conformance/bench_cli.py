@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING
 from conformance.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from conformance.bench.dropin import DropInTiming
     from conformance.bench.quick import QuickRun
+    from conformance.bench.trace import TraceTiming
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,12 +121,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_trace(args: argparse.Namespace) -> int:
     """`--trace WORKLOAD`: the whole trace once per system; the lines, and records with --json."""
-    import json
-
     import workloads
     from conformance.bench.quick import upstream_available
     from conformance.bench.trace import time_traces
-    from conformance.rundirs import check_output_file, write_text
+    from conformance.rundirs import check_output_file
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - {"impl", "upstream"})
@@ -132,39 +134,47 @@ def run_trace(args: argparse.Namespace) -> int:
         raise UserError("upstream vLLM is not installed: use --systems impl for the twin alone")
     check_output_file(args.json, "--json")
     timings = time_traces(workloads.load(args.trace), systems)
-    for timing in timings:
-        print(timing.line())
+    ratio = None
     if len(timings) == 2:
         impl, upstream = timings
-        print(f"impl / upstream: build {impl.build_seconds / upstream.build_seconds:.3f}, "
-              f"replay {impl.replay_seconds / upstream.replay_seconds:.3f}, "
-              f"total {impl.total_seconds / upstream.total_seconds:.3f}")
-    if args.json:
-        write_text(args.json, json.dumps([t.to_json() for t in timings], indent=2))
+        ratio = (f"impl / upstream: build {impl.build_seconds / upstream.build_seconds:.3f}, "
+                 f"replay {impl.replay_seconds / upstream.replay_seconds:.3f}, "
+                 f"total {impl.total_seconds / upstream.total_seconds:.3f}")
+    _emit(timings, ratio, args.json)
     return 0
+
+
+def _emit(timings: Sequence[TraceTiming | DropInTiming], ratio: str | None,
+          json_path: Path | None) -> None:
+    """One line per timing, then the ratio line; the records as JSON when asked."""
+    import json
+
+    from conformance.rundirs import write_text
+
+    for timing in timings:
+        print(timing.line())
+    if ratio is not None:
+        print(ratio)
+    if json_path:
+        write_text(json_path, json.dumps([t.to_json() for t in timings], indent=2))
 
 
 def run_dropin(args: argparse.Namespace) -> int:
     """`--dropin`: upstream's engine with each scheduler in turn; the lines, JSON with --json."""
-    import json
-
     from conformance.bench.dropin import time_dropin
     from conformance.bench.quick import upstream_available
-    from conformance.rundirs import check_output_file, write_text
+    from conformance.rundirs import check_output_file
 
     if not upstream_available():
         raise UserError("upstream vLLM is not installed: the drop-in runs inside its engine")
     check_output_file(args.json, "--json")
     timings = [time_dropin(scheduler) for scheduler in ("upstream", "impl")]
-    for timing in timings:
-        print(timing.line())
     upstream, impl = timings
     sched_ratio = impl.sched_ms_per_step / upstream.sched_ms_per_step
-    print(f"impl / upstream: schedule + update {sched_ratio:.3f}, "
-          f"step {impl.step_ms / upstream.step_ms:.3f}, "
-          f"tokens/s {impl.tokens_per_second / upstream.tokens_per_second:.3f}")
-    if args.json:
-        write_text(args.json, json.dumps([t.to_json() for t in timings], indent=2))
+    _emit(timings, f"impl / upstream: schedule + update {sched_ratio:.3f}, "
+                   f"step {impl.step_ms / upstream.step_ms:.3f}, "
+                   f"tokens/s {impl.tokens_per_second / upstream.tokens_per_second:.3f}",
+          args.json)
     return 0
 
 
