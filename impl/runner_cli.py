@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     parser.add_argument("--block-size", type=int, default=16, help="KV block size (16)")
     parser.add_argument("--attention-backend", default="auto",
-                        choices=("auto", "torch", "triton"), help="auto: Triton on CUDA")
+                        choices=("auto", "torch", "triton", "cpu"),
+                        help="auto: Triton on CUDA, the batched CPU kernel on CPU")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: auto)")
     parser.set_defaults(handler=_generate)
 

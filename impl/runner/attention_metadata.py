@@ -49,6 +49,19 @@ class AttentionMetadata:
         return max(self.seq_lens_host, default=0)
 
 
+def head_major(pages: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The paged-cache view every backend indexes, [num_blocks, 2, block_size, kv_heads, d],
+    of memory laid out head-major: `pages` is [num_blocks, 2, kv_heads, block_size, d]
+    (contiguous). Within a page, one head's keys for consecutive tokens are one contiguous
+    [block_size, d] tile, which is what the CPU kernel copies whole (`attention_cpu`);
+    backends that index the logical view do not see the difference."""
+    # pages: [num_blocks, 2, kv_heads, block_size, d] -> [num_blocks, 2, block_size, kv_heads, d]
+    if pages.shape[3] != block_size:
+        raise ValueError(f"paged cache: dim 3 is {pages.shape[3]}, not the block size "
+                         f"{block_size}")
+    return pages.transpose(2, 3)
+
+
 def write_to_paged_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
                          slot_mapping: torch.Tensor) -> None:
     """Store this step's keys and values at their slots (all backends share the layout)."""

@@ -27,11 +27,11 @@ def visible_mask(query_len: int, seq_len: int, sliding_window: int, chunk_size: 
     """[query_len, seq_len] bool: causal (and windowed, or chunked) visibility of keys."""
     q_pos = torch.arange(seq_len - query_len, seq_len, device=device)[:, None]
     k_pos = torch.arange(seq_len, device=device)[None, :]
-    return _local(k_pos <= q_pos, q_pos, k_pos, sliding_window, chunk_size)
+    return narrow_to_local(k_pos <= q_pos, q_pos, k_pos, sliding_window, chunk_size)
 
 
-def _local(mask: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int,
-           chunk_size: int) -> torch.Tensor:
+def narrow_to_local(mask: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    sliding_window: int, chunk_size: int) -> torch.Tensor:
     """Narrow a causal mask to the window, or to the query's own chunk."""
     if sliding_window > 0:
         mask &= q_pos - k_pos < sliding_window
@@ -65,7 +65,8 @@ def _decode_batch(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMe
     v = kv_cache[:, 1][pages].flatten(1, 2)
     k_pos = torch.arange(k.shape[1], device=query.device)[None, :]
     q_pos = (meta.seq_lens[:count].long() - 1)[:, None]  # [count, 1]
-    mask = _local(k_pos <= q_pos, q_pos, k_pos, meta.sliding_window, meta.attention_chunk_size)
+    mask = narrow_to_local(k_pos <= q_pos, q_pos, k_pos, meta.sliding_window,
+                           meta.attention_chunk_size)
     return _attend(query[:count, None], k, v, mask[:, None, :], scale)[:, 0]
 
 

@@ -4,7 +4,8 @@ All groups share one block pool and one page size. With n groups of m layers eac
 buffers, and buffer j is shared by layer j of every group: a block id names the same page in
 every buffer, and since the pool hands each block id to one group at a time, layers that share a
 buffer never overlap. A page holds one layer's K and V for `block_size` tokens, so one layer's
-view of its buffer is [num_blocks, 2, block_size, num_kv_heads, head_size].
+view of its buffer is [num_blocks, 2, block_size, num_kv_heads, head_size]; within a page the
+memory is head-major ([2, num_kv_heads, block_size, head_size], `attention_metadata.head_major`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from impl.plan import LayerSpec, ModelSpec, PlanOptions
 from impl.plan.core_config import core_groups
 from impl.plan.planner import plan_groups
 from impl.plan.sizing import request_blocks
+from impl.runner.attention_metadata import head_major
 from impl.runner.config import ModelConfig
 
 
@@ -55,12 +57,13 @@ def allocate_kv_caches(config: KVCacheConfig, device: torch.device) -> KVCaches:
     layers: dict[str, torch.Tensor] = {}
     layer_group: dict[str, int] = {}
     for group_index, (group, spec) in enumerate(zip(config.kv_cache_groups, specs, strict=True)):
-        shape = (config.num_blocks, 2, spec.block_size, spec.num_kv_heads, spec.head_size)
+        shape = (config.num_blocks, 2, spec.num_kv_heads, spec.block_size, spec.head_size)
         for position, name in enumerate(group.layer_names):
             if name in layers:
                 raise ValueError(f"kv_cache_groups[{group_index}]: layer {name!r} is already in "
                                  f"group {layer_group[name]}")
-            layers[name] = buffers[position].view(getattr(torch, spec.dtype)).view(shape)
+            layers[name] = head_major(
+                buffers[position].view(getattr(torch, spec.dtype)).view(shape), spec.block_size)
             layer_group[name] = group_index
     return KVCaches(buffers, layers, layer_group)
 

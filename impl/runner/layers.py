@@ -8,6 +8,7 @@ with Hugging Face's and the closer the arithmetic, the smaller the logit differe
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,6 +24,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [num_tokens, hidden_size]
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # The same arithmetic in one call (the casts below are no-ops in fp32).
+            return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -70,17 +74,38 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", table.cos(), persistent=False)
         self.register_buffer("sin", table.sin(), persistent=False)
 
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeAngles:
+        """The step's cos/sin rows, looked up once per forward pass for all layers."""
+        # positions: [num_tokens]
+        # Positions stay below max_position_embeddings: the engine caps max_model_len there
+        # (checking here would synchronise the device every layer).
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        if self.interleaved:
+            return RopeAngles(cos, sin, True)
+        return RopeAngles(cos.to(dtype), sin.to(dtype), False)
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # positions: [num_tokens]; q: [num_tokens, num_heads, head_dim]; k: [.., num_kv_heads, ..]
-        # Positions stay below max_position_embeddings: the engine caps max_model_len there
-        # (checking here would synchronise the device every layer).
+        angles = self.angles(positions, q.dtype)
+        return angles.rotate(q), angles.rotate(k)
+
+
+@dataclass(frozen=True, slots=True)
+class RopeAngles:
+    """cos/sin of each token's position: [num_tokens, 1, head_dim] in the model's dtype, or
+    [num_tokens, 1, head_dim // 2] in fp32 when `interleaved`. Rotation is per head vector, so
+    q and k can be rotated as one [num_tokens, heads + kv_heads, head_dim] tensor."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    interleaved: bool
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [num_tokens, heads, head_dim] -> same
         if self.interleaved:
-            cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
-            return _rotate_pairs(q, cos, sin), _rotate_pairs(k, cos, sin)
-        cos = self.cos[positions].to(q.dtype)[:, None, :]  # [num_tokens, 1, head_dim]
-        sin = self.sin[positions].to(q.dtype)[:, None, :]
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            return _rotate_pairs(x, self.cos, self.sin)
+        return x * self.cos + _rotate_half(x) * self.sin
 
 
 def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -103,13 +128,16 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)), with gate and up as one projection: rows [0, i) of
+    `gate_up_proj` are the checkpoint's gate_proj, rows [i, 2i) its up_proj."""
+
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [num_tokens, hidden_size] -> [num_tokens, hidden_size]
-        out: torch.Tensor = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each [num_tokens, intermediate]
+        out: torch.Tensor = self.down_proj(nn.functional.silu(gate) * up)
         return out

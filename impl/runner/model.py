@@ -5,7 +5,9 @@ model is the same stack with per-layer attention options (see `Attention`).
 The batch is one flat list of tokens (no padding, no batch dimension): every layer sees
 [num_tokens, hidden] and each attention layer writes its keys and values to its own cache and
 reads the history of each request through the block table in its `AttentionMetadata`.
-Module names mirror Hugging Face's, so a checkpoint's state dict loads as is.
+Module names mirror Hugging Face's, except that q/k/v and gate/up are each one fused
+projection (`qkv_proj`, `gate_up_proj`: one matmul instead of three, or two, per layer); loading
+concatenates the checkpoint's tensors into them (`weights.fuse_projections`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from torch import nn
 from impl.runner.attention_backend import AttentionFn, get_backend
 from impl.runner.attention_metadata import AttentionMetadata, write_to_paged_cache
 from impl.runner.config import ModelConfig, load_model_config
-from impl.runner.layers import RMSNorm, RotaryEmbedding, SwiGLU, l2_norm
-from impl.runner.weights import load_weights
+from impl.runner.cpu_linear import pack_linears
+from impl.runner.layers import RMSNorm, RopeAngles, RotaryEmbedding, SwiGLU, l2_norm
+from impl.runner.weights import fuse_projections, load_weights
 
 
 class Attention(nn.Module):
@@ -37,30 +40,29 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = (
             config.num_attention_heads, config.num_key_value_heads, d)
         self.scale = d ** -0.5
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * d, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * d, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * d, bias=bias)
+        self.qkv_proj = nn.Linear(config.hidden_size, (self.num_heads + 2 * self.num_kv_heads) * d,
+                                  bias=bias)
         self.o_proj = nn.Linear(self.num_heads * d, config.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RopeAngles,
                 kv_cache: torch.Tensor, meta: AttentionMetadata,
                 attention: AttentionFn) -> torch.Tensor:
         # x: [num_tokens, hidden]; kv_cache: [num_blocks, 2, block_size, kv_heads, head_dim]
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [n, heads, head_dim]
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [n, kv_heads, head_dim]
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        n, heads, kv_heads, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        qk, v = self.qkv_proj(x).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
+        qk = qk.view(n, heads + kv_heads, d)  # q's heads, then k's: rotated and normed as one
         if self.use_rope:
-            q, k = rotary(positions, q, k)
+            qk = rope.rotate(qk)
         if self.qk_norm_eps:
-            q, k = l2_norm(q, self.qk_norm_eps), l2_norm(k, self.qk_norm_eps)
+            qk = l2_norm(qk, self.qk_norm_eps)
+        q, k = qk[:, :heads], qk[:, heads:]  # [n, heads, d], [n, kv_heads, d]
         if self.temperature is not None:
             floor_scale, attn_scale = self.temperature
             scales = torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale))
             q = (q * (scales * attn_scale + 1.0)[:, None, None]).to(q.dtype)
-        write_to_paged_cache(k, v, kv_cache, meta.slot_mapping)
+        write_to_paged_cache(k, v.view(n, kv_heads, d), kv_cache, meta.slot_mapping)
         out = attention(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
-        projected: torch.Tensor = self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, heads * d))
         return projected
 
 
@@ -72,11 +74,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, rope: RopeAngles,
                 kv_cache: torch.Tensor, meta: AttentionMetadata,
                 attention: AttentionFn) -> torch.Tensor:
         # h: [num_tokens, hidden] (the residual stream) -> same
-        h = h + self.self_attn(self.input_layernorm(h), positions, rotary, kv_cache, meta,
+        h = h + self.self_attn(self.input_layernorm(h), positions, rope, kv_cache, meta,
                                attention)
         out: torch.Tensor = h + self.mlp(self.post_attention_layernorm(h))
         return out
@@ -108,8 +110,9 @@ class LlamaForCausalLM(nn.Module):
         """Hidden states after the final norm. `kv_caches[i]` / `metadata[i]` serve layer i."""
         # input_ids, positions: [num_tokens] -> [num_tokens, hidden]
         h = self.model.embed_tokens(input_ids)
+        rope = self.model.rotary.angles(positions, h.dtype)
         for layer, cache, meta in zip(self.model.layers, kv_caches, metadata, strict=True):
-            h = layer(h, positions, self.model.rotary, cache, meta, self.attention)
+            h = layer(h, positions, rope, cache, meta, self.attention)
         out: torch.Tensor = self.model.norm(h)
         return out
 
@@ -122,13 +125,18 @@ class LlamaForCausalLM(nn.Module):
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: torch.device,
                         attention_backend: str = "torch") -> LlamaForCausalLM:
-        """Config and weights are checked before any module is built (one-line errors)."""
+        """Config and weights are checked before any module is built (one-line errors).
+        The "cpu" backend also packs the linear layers' weights for oneDNN (`cpu_linear`)."""
         config = load_model_config(model_dir)
         weights = load_weights(model_dir, config)
         prefix = f".{config.mlp_prefix}."
-        weights = {name.replace(prefix, ".mlp."): w for name, w in weights.items()}
+        weights = fuse_projections({name.replace(prefix, ".mlp."): w
+                                    for name, w in weights.items()}, config)
         if config.tie_word_embeddings:
             weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         model = cls(config, attention_backend).to(getattr(torch, config.dtype))
         model.load_state_dict(weights, strict=True, assign=True)
-        return model.to(device).eval()
+        model = model.to(device).eval()
+        if attention_backend == "cpu":
+            pack_linears(model)
+        return model

@@ -125,7 +125,9 @@ class ModelRunner:
             start += count
         if plain_rows:
             states = [self.requests[inputs.req_ids[row]] for row in plain_rows]
-            tokens = sample(logits[plain_logit_rows], [s.params for s in states],
+            if len(plain_logit_rows) < logits.shape[0]:  # else every row: no copy
+                logits = logits[plain_logit_rows]
+            tokens = sample(logits, [s.params for s in states],
                             [self._generator_of(s) for s in states],
                             [s.banned_token_ids() for s in states])
             for row, token in zip(plain_rows, tokens, strict=True):

@@ -84,3 +84,20 @@ def check_weights(tensors: dict[str, torch.Tensor], config: ModelConfig,
 def load_weights(model_dir: str | Path, config: ModelConfig) -> dict[str, torch.Tensor]:
     path = Path(model_dir)
     return check_weights(read_safetensors(path), config, path)
+
+
+def fuse_projections(weights: dict[str, torch.Tensor],
+                     config: ModelConfig) -> dict[str, torch.Tensor]:
+    """q/k/v into `self_attn.qkv_proj` and gate/up into `mlp.gate_up_proj`, per layer, rows
+    concatenated in that order (checked tensors, MLP prefix already renamed to `mlp`)."""
+    fused = dict(weights)
+    parts = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+             "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+    for n in range(config.num_hidden_layers):
+        for target, sources in parts.items():
+            for kind in ("weight", "bias"):
+                names = [f"model.layers.{n}.{source}.{kind}" for source in sources]
+                if names[0] in fused:
+                    fused[f"model.layers.{n}.{target}.{kind}"] = torch.cat(
+                        [fused.pop(name) for name in names])
+    return fused

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from impl.runner.attention_metadata import AttentionMetadata, write_to_paged_cache
+from impl.runner.attention_metadata import AttentionMetadata, head_major, write_to_paged_cache
 from impl.runner.attention_torch import torch_paged_attention
 
 
@@ -71,7 +71,7 @@ def setup(case: Case, device: str, seed: int = 0) -> Setup:
     num_blocks = sum(blocks_per_req) + 3
     free = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()  # shuffled, no block 0
     table = torch.zeros(len(case.seq_lens), max(blocks_per_req), dtype=torch.int32)
-    kv_cache = torch.randn(num_blocks, 2, bs, hkv, d, generator=gen)
+    kv_cache = head_major(torch.randn(num_blocks, 2, hkv, bs, d, generator=gen), bs)
     dense = []
     for i, seq_len in enumerate(case.seq_lens):
         ids = [free.pop() for _ in range(blocks_per_req[i])]

@@ -30,9 +30,11 @@ PROMPTS = [[1, 5, 9, 33, 7, 100, 200, 3], [4] * 40, list(range(10, 75)), [7, 8],
 GREEDY = SamplingParams(max_tokens=16, ignore_eos=True)
 
 
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
 @pytest.mark.parametrize("chunk", [1000, 7, 1])
-def test_logits_match_hf(tiny_model_dir: Path, hf_model: Any, chunk: int) -> None:
-    model = LlamaForCausalLM.from_pretrained(tiny_model_dir, CPU)
+def test_logits_match_hf(tiny_model_dir: Path, hf_model: Any, chunk: int, backend: str) -> None:
+    """The reference path and the CPU fast path (batched attention, packed linears)."""
+    model = LlamaForCausalLM.from_pretrained(tiny_model_dir, CPU, backend)
     tokens = list(range(3, 60))
     ours = paged_logits(model, tokens, chunk)
     reference = hf_model.logits(tokens)
@@ -57,7 +59,9 @@ def hf_greedy(hf_model: Any) -> list[list[int]]:
     {"num_blocks": 6},  # preemption
     {"num_spec_tokens": 3},  # n-gram drafts, greedy verification
     {"block_size": 32, "enable_prefix_caching": False},
-], ids=["plain", "chunked", "threshold", "preemption", "spec-decode", "no-prefix-cache"])
+    {"attention_backend": "torch", "max_num_batched_tokens": 16},  # "auto" is "cpu" here
+], ids=["plain", "chunked", "threshold", "preemption", "spec-decode", "no-prefix-cache",
+        "torch-reference"])
 def test_greedy_matches_hf(tiny_model_dir: Path, hf_greedy: list[list[int]],
                            overrides: dict[str, Any]) -> None:
     engine = _engine(tiny_model_dir, **overrides)

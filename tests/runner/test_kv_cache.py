@@ -68,6 +68,20 @@ def test_groups_of_unequal_size_share_the_first_buffers() -> None:
     assert caches.layers["c"].data_ptr() == caches.layers["a"].data_ptr()
 
 
+def test_pages_are_head_major_under_the_token_major_view() -> None:
+    """Within a page, one KV head's vectors for consecutive tokens are adjacent in memory
+    (the tiles the CPU kernel copies whole), while every layer's view indexes
+    [block, K/V, token, head, dim]."""
+    caches = allocate_kv_caches(_hybrid(), CPU)
+    layer = caches.layers["full.0"]  # [10, 2, 4 tokens, 2 heads, 8]
+    assert layer.stride() == (2 * 2 * 4 * 8, 2 * 4 * 8, 8, 4 * 8, 1)
+    layer[3, 1, 2, 1] = 5.0  # block 3, V, token 2, head 1
+    flat = caches.buffers[0].view(torch.float32)
+    offset = ((3 * 2 + 1) * 2 + 1) * 4 * 8 + 2 * 8  # (block, V, head) tile, then token 2
+    assert bool((flat[offset:offset + 8] == 5.0).all())
+    assert int((flat != 0).sum()) == 8
+
+
 def test_refuses_mismatched_page_sizes_and_mamba() -> None:
     other = FullAttentionSpec(block_size=8, num_kv_heads=2, head_size=8)
     with pytest.raises(ValueError, match="page sizes differ"):
