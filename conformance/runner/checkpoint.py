@@ -37,8 +37,18 @@ def build_tiny_llama(directory: str | Path, *, seed: int = 0, init_std: float = 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = transformers.LlamaForCausalLM(config)
+        _vary_norm_weights(model, torch)
     model.save_pretrained(str(path), safe_serialization=True)
     return path
+
+
+def _vary_norm_weights(model: Any, torch: Any) -> None:
+    """RMSNorm weights around 1 instead of transformers' all-ones init: with all ones, a
+    runner that dropped the weight multiplication would still match Hugging Face."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
 
 
 TINY_LLAMA4: dict[str, Any] = {
@@ -69,5 +79,6 @@ def build_tiny_llama4(directory: str | Path, *, seed: int = 0, init_std: float =
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = transformers.Llama4ForCausalLM(config)
+        _vary_norm_weights(model, torch)
     model.save_pretrained(str(path), safe_serialization=True)
     return path
