@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from conformance.bench.dropin import DropInTiming
+    from conformance.bench.dropin_fake import FakeRunnerTiming
     from conformance.bench.quick import QuickRun
     from conformance.bench.trace import TraceTiming
 
@@ -63,10 +64,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--dropin", action="store_true",
                         help="upstream's engine (CPU, tiny checkpoint) with its own scheduler, "
                              "then with the twin as scheduler_cls: tokens/s, schedule + update "
-                             "ms per step and its share of the step")
+                             "ms per step and its share of the step; then the same two on the "
+                             "fake runner (a stub model, the bundled mooncake replay)")
     parser.add_argument("--systems", default="impl,upstream", metavar="LIST",
                         help="with --trace: the systems, in order (default impl,upstream; "
-                             "'impl' alone needs no vLLM)")
+                             "'dropin': the twin behind upstream's scheduler interface, the "
+                             "scheduler_cls adapter; 'impl' alone needs no vLLM)")
     parser.set_defaults(handler=run)
 
 
@@ -127,24 +130,27 @@ def run_trace(args: argparse.Namespace) -> int:
     from conformance.rundirs import check_output_file
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - {"impl", "upstream"})
+    unknown = sorted(set(systems) - {"impl", "upstream", "dropin"})
     if unknown or not systems:
-        raise UserError(f"--systems: impl and/or upstream (got {args.systems!r})")
-    if "upstream" in systems and not upstream_available():
+        raise UserError(f"--systems: impl, upstream and/or dropin (got {args.systems!r})")
+    if {"upstream", "dropin"} & set(systems) and not upstream_available():
         raise UserError("upstream vLLM is not installed: use --systems impl for the twin alone")
     check_output_file(args.json, "--json")
     timings = time_traces(workloads.load(args.trace), systems)
     ratio = None
-    if len(timings) == 2:
-        impl, upstream = timings
-        ratio = (f"impl / upstream: build {impl.build_seconds / upstream.build_seconds:.3f}, "
-                 f"replay {impl.replay_seconds / upstream.replay_seconds:.3f}, "
-                 f"total {impl.total_seconds / upstream.total_seconds:.3f}")
+    by_system = {t.system: t for t in timings}
+    if "upstream" in by_system and len(by_system) > 1:
+        upstream = by_system["upstream"]
+        ratio = "; ".join(
+            f"{t.system} / upstream: build {t.build_seconds / upstream.build_seconds:.3f}, "
+            f"replay {t.replay_seconds / upstream.replay_seconds:.3f}, "
+            f"total {t.total_seconds / upstream.total_seconds:.3f}"
+            for t in timings if t.system != "upstream")
     _emit(timings, ratio, args.json)
     return 0
 
 
-def _emit(timings: Sequence[TraceTiming | DropInTiming], ratio: str | None,
+def _emit(timings: Sequence[TraceTiming | DropInTiming | FakeRunnerTiming], ratio: str | None,
           json_path: Path | None) -> None:
     """One line per timing, then the ratio line; the records as JSON when asked."""
     import json
@@ -161,20 +167,25 @@ def _emit(timings: Sequence[TraceTiming | DropInTiming], ratio: str | None,
 
 def run_dropin(args: argparse.Namespace) -> int:
     """`--dropin`: upstream's engine with each scheduler in turn; the lines, JSON with --json."""
+    import workloads
     from conformance.bench.dropin import time_dropin
+    from conformance.bench.dropin_fake import FAKE_RUNNER_WORKLOAD, time_fake_runners
     from conformance.bench.quick import upstream_available
     from conformance.rundirs import check_output_file
 
     if not upstream_available():
         raise UserError("upstream vLLM is not installed: the drop-in runs inside its engine")
     check_output_file(args.json, "--json")
-    timings = [time_dropin(scheduler) for scheduler in ("upstream", "impl")]
-    upstream, impl = timings
-    sched_ratio = impl.sched_ms_per_step / upstream.sched_ms_per_step
-    _emit(timings, f"impl / upstream: schedule + update {sched_ratio:.3f}, "
-                   f"step {impl.step_ms / upstream.step_ms:.3f}, "
-                   f"tokens/s {impl.tokens_per_second / upstream.tokens_per_second:.3f}",
-          args.json)
+    engine = [time_dropin(scheduler) for scheduler in ("upstream", "impl")]
+    fake = time_fake_runners(workloads.load(FAKE_RUNNER_WORKLOAD))
+    (upstream, impl), (fake_upstream, fake_impl) = engine, fake
+    _emit([*engine, *fake], (
+        f"impl / upstream, tiny model on CPU: schedule + update "
+        f"{impl.sched_ms_per_step / upstream.sched_ms_per_step:.3f}, "
+        f"step {impl.step_ms / upstream.step_ms:.3f}, "
+        f"tokens/s {impl.tokens_per_second / upstream.tokens_per_second:.3f}; fake runner: "
+        f"schedule + update {fake_impl.sched_ms_per_step / fake_upstream.sched_ms_per_step:.3f}"
+        f", step {fake_impl.step_ms / fake_upstream.step_ms:.3f}"), args.json)
     return 0
 
 

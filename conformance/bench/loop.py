@@ -3,8 +3,8 @@
 A step is what the targets call "schedule + update": `schedule()`, a model-runner output that
 samples one token for every request whose input is complete (partial prefill chunks sample
 nothing, as on a GPU), then `update_from_output()`. The stub is the same code for both systems,
-so it adds the same cost to both sides; `stub_seconds` accumulates it so a caller can take it
-out and time exactly schedule + update.
+so it adds the same cost to both sides; `stub_seconds` accumulates it (and `add_seconds` the
+`add_request` calls) so a caller can take them out and time exactly schedule + update.
 Requests are built outside the timed region where a benchmark says so (`make_request`), since
 in a real engine the client side builds them.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .systems import SchedSpec, check_system, request_hasher, scheduler
+from .systems import DROPIN, SchedSpec, check_scheduler, request_hasher, scheduler
 
 TOKEN = 7
 """The token every stub step samples; requests ignore EOS, so only max_tokens ends them."""
@@ -23,13 +23,19 @@ TOKEN = 7
 
 class EngineLoop:
     def __init__(self, system: str, spec: SchedSpec) -> None:
-        check_system(system)
+        """`system`: impl, upstream, or dropin (the twin through upstream's interface: upstream's
+        requests and runner outputs in, the adapter translating, as in upstream's engine)."""
+        check_scheduler(system)
         self.system = system
+        self.front = "upstream" if system == DROPIN else system  # whose objects go in
         self.spec = spec
         self.scheduler: Any = scheduler(system, spec)
-        self._hasher: Any = request_hasher(system, spec.hash_algo, spec.block_size)
+        # The stub asks the scheduler holding the requests how far each one is (for dropin,
+        # the twin inside the adapter), as do the queue lengths.
+        self._core: Any = self.scheduler.impl if system == DROPIN else self.scheduler
+        self._hasher: Any = request_hasher(self.front, spec.hash_algo, spec.block_size)
         self._runner_output: Callable[[list[str], list[list[int]]], Any]
-        if system == "impl":
+        if self.front == "impl":
             from impl.sched.output import ModelRunnerOutput
 
             self._runner_output = lambda ids, sampled: ModelRunnerOutput(
@@ -43,12 +49,13 @@ class EngineLoop:
         self.steps = 0
         self.scheduled_tokens = 0
         self.stub_seconds = 0.0
+        self.add_seconds = 0.0  # in add(): a drop-in's adapter translates requests there
 
     # -- requests --------------------------------------------------------------------------
     def make_request(self, request_id: str, prompt: Sequence[int], max_tokens: int,
                      arrival_time: float = 0.0) -> Any:
         """A request as this system's engine core would build it (prompt hashed here)."""
-        if self.system == "impl":
+        if self.front == "impl":
             from impl.sched.request import Request
 
             return Request(request_id, prompt, max_tokens=max_tokens, eos_token_id=2,
@@ -63,22 +70,24 @@ class EngineLoop:
                                arrival_time=arrival_time, block_hasher=self._hasher)
 
     def add(self, request: Any) -> None:
+        start = time.perf_counter()
         self.scheduler.add_request(request)
+        self.add_seconds += time.perf_counter() - start
 
     def has_requests(self) -> bool:
         return bool(self.scheduler.has_unfinished_requests())
 
     @property
     def num_running(self) -> int:
-        return len(self.scheduler.running)
+        return len(self._core.running)
 
     @property
     def num_waiting(self) -> int:
-        return len(self.scheduler.waiting)
+        return len(self._core.waiting)
 
     # -- one engine step -------------------------------------------------------------------
     def _sampled(self, output: Any) -> tuple[list[str], list[list[int]]]:
-        requests = self.scheduler.requests
+        requests = self._core.requests
         ids = list(output.num_scheduled_tokens)
         sampled = [[TOKEN] if (r := requests[i]).num_computed_tokens >= r.num_tokens else []
                    for i in ids]

@@ -114,10 +114,21 @@ class SchedSpec:
                    config.hash_algo)
 
 
+DROPIN = "dropin"
+"""A third scheduler for engine loops: the twin behind upstream's scheduler interface (the
+`scheduler_cls` adapter), fed upstream's requests and runner outputs like upstream's own."""
+
+
+def check_scheduler(system: str) -> None:
+    if system not in ("impl", "upstream", DROPIN):
+        raise ValueError(f"unknown scheduler {system!r} (known: impl, upstream, {DROPIN})")
+
+
 def scheduler(system: str, spec: SchedSpec) -> Any:
-    """A fresh scheduler (log_stats on for both, as `vllm serve` runs by default)."""
-    check_system(system)
-    return _impl_scheduler(spec) if system == "impl" else _upstream_scheduler(spec)
+    """A fresh scheduler (log_stats on for all, as `vllm serve` runs by default)."""
+    check_scheduler(system)
+    return _impl_scheduler(spec) if system == "impl" else _upstream_scheduler(
+        spec, adapted=system == DROPIN)
 
 
 def _impl_scheduler(spec: SchedSpec) -> Any:
@@ -169,7 +180,12 @@ def _vllm_config(spec: SchedSpec) -> Any:
                           cache_config=cache_config)
 
 
-def _upstream_scheduler(spec: SchedSpec) -> Any:
+def _upstream_scheduler(spec: SchedSpec, adapted: bool = False) -> Any:
+    """Upstream's scheduler, or with `adapted` the class upstream's engine would build for
+    `scheduler_cls=conformance.runner.scheduler_adapter.ImplSchedulerAdapter`, with the same
+    arguments (imported only then: asv loads this package without the rest of conformance)."""
+    import importlib
+
     import torch
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -181,6 +197,10 @@ def _upstream_scheduler(spec: SchedSpec) -> Any:
         block_size=spec.block_size, num_kv_heads=1, head_size=64, dtype=torch.float32))
     kv_config = KVCacheConfig(num_blocks=spec.num_blocks, kv_cache_tensors=[],
                               kv_cache_groups=[group])
-    return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_config,
-                     structured_output_manager=StructuredOutputManager(vllm_config),
-                     block_size=spec.block_size, log_stats=True)
+    cls: Any = Scheduler
+    if adapted:
+        cls = importlib.import_module(
+            "conformance.runner.scheduler_adapter").ImplSchedulerAdapter
+    return cls(vllm_config=vllm_config, kv_cache_config=kv_config,
+               structured_output_manager=StructuredOutputManager(vllm_config),
+               block_size=spec.block_size, log_stats=True)
