@@ -114,3 +114,16 @@ def test_gather_pages_copies_each_heads_tiles_in_token_order() -> None:
 def test_gather_pages_refuses_a_token_major_cache() -> None:
     with pytest.raises(ValueError, match="must be head-major"):
         gather_pages(torch.zeros(4, 2, 16, 2, 8), torch.zeros(1, 1, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("name", ["decode", "mixed-ragged", "sliding-window"])
+def test_cpu_kernel_on_a_bf16_cache_equals_the_fp32_math(name: str) -> None:
+    """A bf16 cache takes the copy-both-K-and-V decode path (fp32 caches weight V in place):
+    the result equals the kernel on the same values held in fp32."""
+    case = CASES[name]
+    s = setup(case, "cpu")
+    bf16 = head_major(s.kv_cache.transpose(2, 3).to(torch.bfloat16), case.block_size)
+    widened = head_major(bf16.transpose(2, 3).float(), case.block_size)
+    torch.testing.assert_close(cpu_paged_attention(s.query, bf16, s.meta, case.scale),
+                               cpu_paged_attention(s.query, widened, s.meta, case.scale),
+                               atol=1e-5, rtol=1e-5)
