@@ -57,9 +57,9 @@ def _llama3_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE with a cos/sin table indexed by absolute position. Llama rotates the two halves of
-    a head against each other; Llama 4 (`interleaved`) rotates each adjacent pair (2i, 2i + 1)
-    as one complex number, in fp32."""
+    """RoPE tables indexed by absolute position (`angles` picks a step's rows, `RopeAngles`
+    rotates). Llama rotates the two halves of a head against each other; Llama 4
+    (`interleaved`) rotates each adjacent pair (2i, 2i + 1) as one complex number, in fp32."""
 
     cos: torch.Tensor  # [max_positions, head_dim] (interleaved: [max_positions, head_dim // 2])
     sin: torch.Tensor
@@ -83,12 +83,6 @@ class RotaryEmbedding(nn.Module):
         if self.interleaved:
             return RopeAngles(cos, sin, True)
         return RopeAngles(cos.to(dtype), sin.to(dtype), False)
-
-    def forward(self, positions: torch.Tensor, q: torch.Tensor,
-                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # positions: [num_tokens]; q: [num_tokens, num_heads, head_dim]; k: [.., num_kv_heads, ..]
-        angles = self.angles(positions, q.dtype)
-        return angles.rotate(q), angles.rotate(k)
 
 
 @dataclass(frozen=True, slots=True)

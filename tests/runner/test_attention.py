@@ -24,26 +24,31 @@ from tests.runner.attention_cases import (  # noqa: E402
     triton_vs_reference,
 )
 
+KERNELS = {"torch": torch_paged_attention, "cpu": cpu_paged_attention}
+"""The CPU-runnable kernels, each checked against dense attention on every case."""
 
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("name", list(CASES))
-def test_reference_matches_dense_attention(name: str) -> None:
+def test_kernel_matches_dense_attention(name: str, kernel: str) -> None:
     case = CASES[name]
     s = setup(case, "cpu")
-    out = torch_paged_attention(s.query, s.kv_cache, s.meta, case.scale)
+    out = KERNELS[kernel](s.query, s.kv_cache, s.meta, case.scale)
     torch.testing.assert_close(out, dense_attention(s, case), atol=1e-5, rtol=1e-5)
 
 
-def test_reference_reads_only_its_own_pages() -> None:
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_kernel_reads_only_its_own_pages(kernel: str) -> None:
     """Scribbling over every page no request owns changes nothing."""
     case = CASES["mixed-ragged"]
     s = setup(case, "cpu")
-    before = torch_paged_attention(s.query, s.kv_cache, s.meta, case.scale)
+    attend = KERNELS[kernel]
+    before = attend(s.query, s.kv_cache, s.meta, case.scale)
     owned = {int(b) for b in s.meta.block_table.flatten()}
     for block in range(s.kv_cache.shape[0]):
         if block not in owned:
             s.kv_cache[block] = 1e6
-    after = torch_paged_attention(s.query, s.kv_cache, s.meta, case.scale)
-    assert torch.equal(before, after)
+    assert torch.equal(before, attend(s.query, s.kv_cache, s.meta, case.scale))
 
 
 @pytest.mark.gpu
@@ -52,25 +57,6 @@ def test_reference_reads_only_its_own_pages() -> None:
 def test_triton_on_cuda_matches_reference() -> None:
     diffs = triton_vs_reference("cuda")
     assert max(diffs.values()) <= 1e-5, diffs
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_cpu_kernel_matches_dense_attention(name: str) -> None:
-    case = CASES[name]
-    s = setup(case, "cpu")
-    out = cpu_paged_attention(s.query, s.kv_cache, s.meta, case.scale)
-    torch.testing.assert_close(out, dense_attention(s, case), atol=1e-5, rtol=1e-5)
-
-
-def test_cpu_kernel_reads_only_its_own_pages() -> None:
-    case = CASES["mixed-ragged"]
-    s = setup(case, "cpu")
-    before = cpu_paged_attention(s.query, s.kv_cache, s.meta, case.scale)
-    owned = {int(b) for b in s.meta.block_table.flatten()}
-    for block in range(s.kv_cache.shape[0]):
-        if block not in owned:
-            s.kv_cache[block] = 1e6
-    assert torch.equal(before, cpu_paged_attention(s.query, s.kv_cache, s.meta, case.scale))
 
 
 def test_request_runs_keep_decodes_apart_and_split_at_the_budget(
