@@ -38,7 +38,7 @@ class EngineArgs:
     long_prefill_token_threshold: int = 0
     enable_prefix_caching: bool = True
     num_spec_tokens: int = 0
-    attention_backend: str = "auto"  # auto | torch | triton | cpu
+    attention_backend: str = "auto"  # auto | torch | triton | cpu | native
     device: str | None = None  # None: cuda when available, else cpu
     seed: int = 0
     hash_algo: str = "sha256"

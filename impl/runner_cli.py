@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     parser.add_argument("--block-size", type=int, default=16, help="KV block size (16)")
     parser.add_argument("--attention-backend", default="auto",
-                        choices=("auto", "torch", "triton", "cpu"),
-                        help="auto: Triton on CUDA, the batched CPU kernel on CPU")
+                        choices=("auto", "torch", "triton", "cpu", "native"),
+                        help="auto: Triton on CUDA; on CPU the native C kernels where a "
+                             "compiler is here, else the batched torch kernel")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: auto)")
     parser.set_defaults(handler=_generate)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from impl.runner.attention_backend import AttentionFn, get_backend
-from impl.runner.attention_metadata import AttentionMetadata, write_to_paged_cache
+from impl.runner.attention_backend import PACKED_LINEARS, AttentionBackend, get_backend
+from impl.runner.attention_metadata import AttentionMetadata
 from impl.runner.config import ModelConfig, load_model_config
 from impl.runner.cpu_linear import pack_linears
 from impl.runner.layers import RMSNorm, RopeAngles, RotaryEmbedding, SwiGLU, l2_norm
@@ -46,7 +46,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RopeAngles,
                 kv_cache: torch.Tensor, meta: AttentionMetadata,
-                attention: AttentionFn) -> torch.Tensor:
+                attention: AttentionBackend) -> torch.Tensor:
         # x: [num_tokens, hidden]; kv_cache: [num_blocks, 2, block_size, kv_heads, head_dim]
         n, heads, kv_heads, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         qk, v = self.qkv_proj(x).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
@@ -60,8 +60,8 @@ class Attention(nn.Module):
             floor_scale, attn_scale = self.temperature
             scales = torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale))
             q = (q * (scales * attn_scale + 1.0)[:, None, None]).to(q.dtype)
-        write_to_paged_cache(k, v.view(n, kv_heads, d), kv_cache, meta.slot_mapping)
-        out = attention(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
+        attention.write(k, v.view(n, kv_heads, d), kv_cache, meta.slot_mapping)
+        out = attention.attend(q, kv_cache, meta, self.scale)  # [n, heads, head_dim]
         projected: torch.Tensor = self.o_proj(out.reshape(n, heads * d))
         return projected
 
@@ -76,7 +76,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, rope: RopeAngles,
                 kv_cache: torch.Tensor, meta: AttentionMetadata,
-                attention: AttentionFn) -> torch.Tensor:
+                attention: AttentionBackend) -> torch.Tensor:
         # h: [num_tokens, hidden] (the residual stream) -> same
         h = h + self.self_attn(self.input_layernorm(h), positions, rope, kv_cache, meta,
                                attention)
@@ -99,7 +99,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: ModelConfig, attention_backend: str = "torch") -> None:
         super().__init__()
         self.config = config
-        self.attention: AttentionFn = get_backend(attention_backend)
+        self.attention: AttentionBackend = get_backend(attention_backend)
         self.model = LlamaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
@@ -126,7 +126,8 @@ class LlamaForCausalLM(nn.Module):
     def from_pretrained(cls, model_dir: str | Path, device: torch.device,
                         attention_backend: str = "torch") -> LlamaForCausalLM:
         """Config and weights are checked before any module is built (one-line errors).
-        The "cpu" backend also packs the linear layers' weights for oneDNN (`cpu_linear`)."""
+        The "cpu" and "native" backends also pack the linear layers' weights for oneDNN
+        (`cpu_linear`)."""
         config = load_model_config(model_dir)
         weights = load_weights(model_dir, config)
         prefix = f".{config.mlp_prefix}."
@@ -137,6 +138,6 @@ class LlamaForCausalLM(nn.Module):
         model = cls(config, attention_backend).to(getattr(torch, config.dtype))
         model.load_state_dict(weights, strict=True, assign=True)
         model = model.to(device).eval()
-        if attention_backend == "cpu":
+        if attention_backend in PACKED_LINEARS:
             pack_linears(model)
         return model

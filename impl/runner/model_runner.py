@@ -129,7 +129,8 @@ class ModelRunner:
                 logits = logits[plain_logit_rows]
             tokens = sample(logits, [s.params for s in states],
                             [self._generator_of(s) for s in states],
-                            [s.banned_token_ids() for s in states])
+                            [s.banned_token_ids() for s in states],
+                            self.model.attention.argmax)
             for row, token in zip(plain_rows, tokens, strict=True):
                 sampled[row] = [token]
         return sampled

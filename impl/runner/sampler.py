@@ -7,7 +7,7 @@ request gets the same tokens whatever else shares its batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -63,12 +63,14 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
 
 def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
            generators: Sequence[torch.Generator | None],
-           banned: Sequence[Sequence[int]] = ()) -> list[int]:
-    """One token per row; greedy rows take the argmax of the raw logits."""
+           banned: Sequence[Sequence[int]] = (),
+           argmax: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[int]:
+    """One token per row; greedy rows take the argmax of the raw logits (`argmax`: the
+    backend's, e.g. the native kernel's; torch's by default)."""
     # logits: [num_rows, vocab_size]
     if banned:
         logits = ban_tokens(logits, banned)
-    tokens = logits.argmax(dim=-1).tolist()
+    tokens = (logits.argmax(dim=-1) if argmax is None else argmax(logits)).tolist()
     random_rows = [row for row, p in enumerate(params) if not p.greedy]
     if random_rows:
         probs = probabilities(logits[random_rows], [params[r] for r in random_rows])

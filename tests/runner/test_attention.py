@@ -1,6 +1,6 @@
-"""Paged attention: the torch reference and the batched CPU kernel against dense attention, the
-Triton kernel against the reference (natively, with the `gpu` mark; under the interpreter in
-test_triton_interpreter)."""
+"""Paged attention: the torch reference, the batched CPU kernel and the native C kernel against
+dense attention, the Triton kernel against the reference (natively, with the `gpu` mark; under
+the interpreter in test_triton_interpreter)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the model runner needs torch")
 
 from impl.runner import attention_cpu  # noqa: E402
+from impl.runner.attention_backend import native_backend, native_missing  # noqa: E402
 from impl.runner.attention_cpu import (  # noqa: E402
     cpu_paged_attention,
     gather_pages,
@@ -17,6 +18,7 @@ from impl.runner.attention_cpu import (  # noqa: E402
 from impl.runner.attention_metadata import head_major  # noqa: E402
 from impl.runner.attention_torch import torch_paged_attention  # noqa: E402
 from impl.runner.attention_triton import triton_available  # noqa: E402
+from impl.runner.native import NativeKernels  # noqa: E402
 from tests.runner.attention_cases import (  # noqa: E402
     CASES,
     dense_attention,
@@ -24,11 +26,18 @@ from tests.runner.attention_cases import (  # noqa: E402
     triton_vs_reference,
 )
 
+NATIVE_MISSING = native_missing()
 KERNELS = {"torch": torch_paged_attention, "cpu": cpu_paged_attention}
-"""The CPU-runnable kernels, each checked against dense attention on every case."""
+if NATIVE_MISSING is None:
+    KERNELS["native"] = native_backend(NativeKernels.load()).attend
+KERNEL_NAMES = [pytest.param(name, marks=pytest.mark.skipif(
+    name == "native" and NATIVE_MISSING is not None, reason=str(NATIVE_MISSING)))
+    for name in ("torch", "cpu", "native")]
+"""The CPU-runnable kernels, each checked against dense attention on every case (the native
+one skipped, with the reason, where it cannot be built)."""
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_matches_dense_attention(name: str, kernel: str) -> None:
     case = CASES[name]
@@ -37,7 +46,7 @@ def test_kernel_matches_dense_attention(name: str, kernel: str) -> None:
     torch.testing.assert_close(out, dense_attention(s, case), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
 def test_kernel_reads_only_its_own_pages(kernel: str) -> None:
     """Scribbling over every page no request owns changes nothing."""
     case = CASES["mixed-ragged"]

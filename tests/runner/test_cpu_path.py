@@ -68,8 +68,9 @@ def test_fuse_projections_concatenates_rows_in_order() -> None:
     assert fused["model.norm.weight"] is weights["model.norm.weight"]
 
 
-def test_auto_picks_the_cpu_kernel_on_cpu_only() -> None:
-    assert resolve_backend_name("auto", CPU) == "cpu"
+def test_the_cpu_kernel_is_for_cpu_only() -> None:
+    """(What "auto" picks on CPU, native or this one, is in test_native.py.)"""
+    assert resolve_backend_name("cpu", CPU) == "cpu"
     assert resolve_backend_name("torch", CPU) == "torch"
     with pytest.raises(ValueError, match="attention backend 'cpu': needs the CPU device"):
         resolve_backend_name("cpu", torch.device("meta"))

@@ -20,20 +20,24 @@ from impl.core.specs import (  # noqa: E402
     SlidingWindowSpec,
 )
 from impl.engine import EngineArgs, LLMEngine  # noqa: E402
+from impl.runner.attention_backend import native_missing  # noqa: E402
 from impl.runner.model import LlamaForCausalLM  # noqa: E402
 from impl.runner.sampling_params import SamplingParams  # noqa: E402
 
 CPU = torch.device("cpu")
+NATIVE_MISSING = native_missing()
+needs_native = pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
 LOGIT_TOLERANCE = 1e-4  # fp32; measured max-abs-diff is ~1e-6
 PROMPTS = [[1, 5, 9, 33, 7, 100, 200, 3], [4] * 40, list(range(10, 75)), [7, 8],
            list(range(300, 341))]
 GREEDY = SamplingParams(max_tokens=16, ignore_eos=True)
 
 
-@pytest.mark.parametrize("backend", ["torch", "cpu"])
+@pytest.mark.parametrize("backend", ["torch", "cpu", pytest.param("native", marks=needs_native)])
 @pytest.mark.parametrize("chunk", [1000, 7, 1])
 def test_logits_match_hf(tiny_model_dir: Path, hf_model: Any, chunk: int, backend: str) -> None:
-    """The reference path and the CPU fast path (batched attention, packed linears)."""
+    """The reference path and the CPU fast paths (batched torch attention or the native C
+    kernels, packed linears)."""
     model = LlamaForCausalLM.from_pretrained(tiny_model_dir, CPU, backend)
     tokens = list(range(3, 60))
     ours = paged_logits(model, tokens, chunk)
@@ -59,9 +63,10 @@ def hf_greedy(hf_model: Any) -> list[list[int]]:
     {"num_blocks": 6},  # preemption
     {"num_spec_tokens": 3},  # n-gram drafts, greedy verification
     {"block_size": 32, "enable_prefix_caching": False},
-    {"attention_backend": "torch", "max_num_batched_tokens": 16},  # "auto" is "cpu" here
+    {"attention_backend": "torch", "max_num_batched_tokens": 16},  # "auto": native or cpu
+    {"attention_backend": "cpu", "max_num_batched_tokens": 16},
 ], ids=["plain", "chunked", "threshold", "preemption", "spec-decode", "no-prefix-cache",
-        "torch-reference"])
+        "torch-reference", "cpu-kernel"])
 def test_greedy_matches_hf(tiny_model_dir: Path, hf_greedy: list[list[int]],
                            overrides: dict[str, Any]) -> None:
     engine = _engine(tiny_model_dir, **overrides)
