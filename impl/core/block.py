@@ -48,6 +48,20 @@ class KVCacheBlock:
     prev_free: KVCacheBlock | None = None
     next_free: KVCacheBlock | None = None
 
+    def __init__(self, block_id: int, ref_cnt: int = 0, block_hash: BlockHash | None = None,
+                 hash_group_id: int = -1, is_null: bool = False) -> None:
+        """Written out so that it compiles (a dataclass's generated `__init__` stays
+        interpreted under mypyc: see `impl.sched.output`); a new block is never queued and
+        has no secondary hashes."""
+        self.block_id = block_id
+        self.ref_cnt = ref_cnt
+        self.block_hash = block_hash
+        self.hash_group_id = hash_group_id
+        self.is_null = is_null
+        self.extra_hashes = None
+        self.prev_free = None
+        self.next_free = None
+
     def reset_hash(self) -> None:
         self.block_hash = None
         self.hash_group_id = -1

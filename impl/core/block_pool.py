@@ -160,10 +160,12 @@ class BlockPool:
             )
         blocks = self.free_block_queue.popleft_n(num_blocks)
         if self.enable_caching:
-            evict = self._maybe_evict_cached_block
             for block in blocks:
                 if block.block_hash is not None:
-                    evict(block)
+                    # Called on self, not through a bound method held in a local: compiled,
+                    # that is a native call; the bound method went through Python's calling
+                    # convention for every evicted block (9% of a replay, perf).
+                    self._maybe_evict_cached_block(block)
                 block.ref_cnt = 1
         else:
             for block in blocks:

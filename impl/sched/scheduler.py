@@ -132,7 +132,13 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
                    + request.num_output_placeholders - num_computed)
         if 0 < threshold < num_new:
             num_new = threshold
-        num_new = min(num_new, token_budget, self.max_model_len - 1 - num_computed)
+        # Comparisons, not a three-argument min(): compiled, that is a call of the builtin on
+        # boxed ints (3.5% of a whole-trace replay, perf).
+        if token_budget < num_new:
+            num_new = token_budget
+        context_room = self.max_model_len - 1 - num_computed
+        if context_room < num_new:
+            num_new = context_room
         return num_new if self.mamba_split is None else self.mamba_split.clip(request, num_new)
 
     def _schedule_running(self, plan: StepPlan, hold_prefill: bool) -> None:

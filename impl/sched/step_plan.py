@@ -28,6 +28,20 @@ class StepPlan:
     prefill_scheduled: bool = False
     prefill_admitted: bool = False
 
+    def __init__(self, token_budget: int) -> None:
+        """An empty plan (one per step; its own `__init__` compiles, a dataclass's would not:
+        see `impl.sched.output`)."""
+        self.token_budget = token_budget
+        self.scheduled_running = []
+        self.scheduled_new = []
+        self.scheduled_resumed = []
+        self.preempted = []
+        self.new_blocks_of = {}
+        self.num_scheduled = {}
+        self.spec_tokens = {}
+        self.prefill_scheduled = False
+        self.prefill_admitted = False
+
     def schedule(self, request: Request, num_new: int, blocks: KVCacheBlocks) -> None:
         """`request` computes `num_new` tokens this step, into `blocks` (the new ones)."""
         self.new_blocks_of[request.request_id] = blocks
