@@ -16,10 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef AHEAD
-#define AHEAD 1
-#endif
-
 static inline float dot(const float *restrict a, const float *restrict b, int64_t d) {
     float sum = 0.0f;
     for (int64_t i = 0; i < d; i++) sum += a[i] * b[i];
@@ -77,8 +73,8 @@ static inline __attribute__((always_inline)) void attend_one(
         }
         for (int64_t p = lo / block; p <= last_page; p++) {
             const float *rows = tile_of(cache, pages[p], kind, h, kv_heads, tile);
-            const float *next = p + AHEAD <= last_page
-                ? tile_of(cache, pages[p + AHEAD], kind, h, kv_heads, tile) : NULL;
+            const float *next = p < last_page
+                ? tile_of(cache, pages[p + 1], kind, h, kv_heads, tile) : NULL;
             const int64_t base = p * block;
             const int64_t start = lo > base ? lo - base : 0;
             const int64_t stop = hi - base + 1 < block ? hi - base + 1 : block;
