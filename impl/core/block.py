@@ -27,7 +27,7 @@ BlockHash = bytes
 SENTINEL_ID = -1
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class KVCacheBlock:
     """Metadata of one physical KV-cache block (a page shared by one layer of every group).
 
@@ -37,22 +37,22 @@ class KVCacheBlock:
     """
 
     block_id: int
-    ref_cnt: int = 0
-    block_hash: BlockHash | None = None
-    hash_group_id: int = -1
-    is_null: bool = False
+    ref_cnt: int
+    block_hash: BlockHash | None
+    hash_group_id: int  # -1 while the block has no hash
+    is_null: bool
     # Secondary prefix-cache keys of this block: hashes of sub-block boundaries inside it
     # (a prompt that ends inside the block can still be found at that boundary).
-    extra_hashes: list[BlockHash] | None = None
+    extra_hashes: list[BlockHash] | None
     # The free queue's links (both None while the block is not free).
-    prev_free: KVCacheBlock | None = None
-    next_free: KVCacheBlock | None = None
+    prev_free: KVCacheBlock | None
+    next_free: KVCacheBlock | None
 
     def __init__(self, block_id: int, ref_cnt: int = 0, block_hash: BlockHash | None = None,
                  hash_group_id: int = -1, is_null: bool = False) -> None:
-        """Written out so that it compiles (a dataclass's generated `__init__` stays
-        interpreted under mypyc: see `impl.sched.output`); a new block is never queued and
-        has no secondary hashes."""
+        """Written out (`init=False`) so that it compiles: a dataclass's generated `__init__`
+        stays interpreted under mypyc (see `impl.sched.output`). A new block is never queued
+        and has no secondary hashes."""
         self.block_id = block_id
         self.ref_cnt = ref_cnt
         self.block_hash = block_hash

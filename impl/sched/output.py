@@ -7,13 +7,13 @@ their block table instead of appending to it).
 The records built every step spell out their `__init__`: compiled, a dataclass's generated
 `__init__` stays an interpreted function that each construction calls through (perf over a
 whole-trace replay: 10% of the samples under `slot_tp_init`); one written in the class body is
-compiled with it. `@dataclass` keeps an `__init__` the class defines and still supplies
-equality and repr.
+compiled with it. They are `@dataclass(init=False)`: the `__init__` is the one place their
+defaults live, and the dataclass still supplies equality and repr.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from impl.connector.types import KVConnectorOutput, OffloadMetadata
 
@@ -21,14 +21,14 @@ from impl.connector.types import KVConnectorOutput, OffloadMetadata
 PLACEHOLDER_DRAFT = -1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NewRequestData:
     req_id: str
     prompt_token_ids: tuple[int, ...]
     """The request's own prompt tuple (immutable, so shared rather than copied)."""
     block_ids: tuple[list[int], ...]
     num_computed_tokens: int
-    lora_name: str | None = None
+    lora_name: str | None
 
     def __init__(self, req_id: str, prompt_token_ids: tuple[int, ...],
                  block_ids: tuple[list[int], ...], num_computed_tokens: int,
@@ -40,16 +40,16 @@ class NewRequestData:
         self.lora_name = lora_name
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CachedRequestData:
-    req_ids: list[str] = field(default_factory=list)
-    resumed_req_ids: set[str] = field(default_factory=set)
-    new_token_ids: list[list[int]] = field(default_factory=list)
+    req_ids: list[str]
+    resumed_req_ids: set[str]
+    new_token_ids: list[list[int]]
     # Full token ids of requests the worker did not see in the previous step.
-    all_token_ids: dict[str, list[int]] = field(default_factory=dict)
-    new_block_ids: list[tuple[list[int], ...] | None] = field(default_factory=list)
-    num_computed_tokens: list[int] = field(default_factory=list)
-    num_output_tokens: list[int] = field(default_factory=list)
+    all_token_ids: dict[str, list[int]]
+    new_block_ids: list[tuple[list[int], ...] | None]
+    num_computed_tokens: list[int]
+    num_output_tokens: list[int]
 
     def __init__(self, req_ids: list[str] | None = None,
                  resumed_req_ids: set[str] | None = None,
@@ -72,7 +72,7 @@ class CachedRequestData:
         return len(self.req_ids)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SchedulerOutput:
     scheduled_new_reqs: list[NewRequestData]
     scheduled_cached_reqs: CachedRequestData
@@ -80,10 +80,10 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     scheduled_spec_decode_tokens: dict[str, list[int]]
     finished_req_ids: set[str]
-    preempted_req_ids: set[str] | None = None
-    num_common_prefix_blocks: list[int] = field(default_factory=list)
+    preempted_req_ids: set[str] | None
+    num_common_prefix_blocks: list[int]
     # What the KV connector wants the worker to move this step (None: no connector).
-    kv_connector_metadata: OffloadMetadata | None = None
+    kv_connector_metadata: OffloadMetadata | None
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -121,7 +121,7 @@ class DraftTokenIds:
     draft_token_ids: list[list[int]]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EngineCoreOutput:
     """One request's result of a step. Built for every request every step, so it must be
     cheap: a slotted (not frozen) dataclass with its own `__init__`, compiled to a native class
@@ -129,8 +129,8 @@ class EngineCoreOutput:
 
     request_id: str
     new_token_ids: list[int]
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
-    stop_reason: int | None = None
+    finish_reason: str | None  # "stop" | "length" | "abort"
+    stop_reason: int | None
 
     def __init__(self, request_id: str, new_token_ids: list[int],
                  finish_reason: str | None = None, stop_reason: int | None = None) -> None:

@@ -7,30 +7,30 @@ every step and dropped once the `SchedulerOutput` is made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.sched.request import Request
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepPlan:
     token_budget: int
-    scheduled_running: list[Request] = field(default_factory=list)
-    scheduled_new: list[Request] = field(default_factory=list)
-    scheduled_resumed: list[Request] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    new_blocks_of: dict[str, KVCacheBlocks] = field(default_factory=dict)
-    num_scheduled: dict[str, int] = field(default_factory=dict)
-    spec_tokens: dict[str, list[int]] = field(default_factory=dict)
+    scheduled_running: list[Request]
+    scheduled_new: list[Request]
+    scheduled_resumed: list[Request]
+    preempted: list[Request]
+    new_blocks_of: dict[str, KVCacheBlocks]
+    num_scheduled: dict[str, int]
+    spec_tokens: dict[str, list[int]]
     # Whether the step carries prefill: a running request continued its prompt (kept even if
     # it is preempted later in the step), or an admitted one has more than its last token left.
-    prefill_scheduled: bool = False
-    prefill_admitted: bool = False
+    prefill_scheduled: bool
+    prefill_admitted: bool
 
     def __init__(self, token_budget: int) -> None:
-        """An empty plan (one per step; its own `__init__` compiles, a dataclass's would not:
-        see `impl.sched.output`)."""
+        """An empty plan, one per step (`init=False`: this `__init__` compiles, a dataclass's
+        would not; see `impl.sched.output`)."""
         self.token_budget = token_budget
         self.scheduled_running = []
         self.scheduled_new = []
