@@ -48,16 +48,15 @@ class KVCacheBlock:
     prev_free: KVCacheBlock | None
     next_free: KVCacheBlock | None
 
-    def __init__(self, block_id: int, ref_cnt: int = 0, block_hash: BlockHash | None = None,
-                 hash_group_id: int = -1, is_null: bool = False) -> None:
-        """Written out (`init=False`) so that it compiles: a dataclass's generated `__init__`
-        stays interpreted under mypyc (see `impl.sched.output`). A new block is never queued
-        and has no secondary hashes."""
+    def __init__(self, block_id: int) -> None:
+        """A new block: free of references, hash and links (the pool and the free queue set
+        them). Written out (`init=False`) so that it compiles: a dataclass's generated
+        `__init__` stays interpreted under mypyc (see `impl.sched.output`)."""
         self.block_id = block_id
-        self.ref_cnt = ref_cnt
-        self.block_hash = block_hash
-        self.hash_group_id = hash_group_id
-        self.is_null = is_null
+        self.ref_cnt = 0
+        self.block_hash = None
+        self.hash_group_id = -1
+        self.is_null = False
         self.extra_hashes = None
         self.prev_free = None
         self.next_free = None

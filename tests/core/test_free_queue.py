@@ -83,3 +83,33 @@ def test_append_n_and_prepend_n_on_an_empty_queue() -> None:
     queue.append_n([taken[2], taken[0]])
     assert queue.block_ids() == [1, 2, 0]
     queue.check_integrity()
+
+
+def test_a_new_block_is_free_unhashed_and_unlinked() -> None:
+    block = KVCacheBlock(7)
+    assert (block.block_id, block.ref_cnt, block.block_hash, block.hash_group_id) == (
+        7, 0, None, -1)
+    assert not block.is_null and block.extra_hashes is None
+    assert block.prev_free is None and block.next_free is None
+
+
+def test_a_queue_built_empty_is_consistent_and_takes_blocks() -> None:
+    queue = FreeKVCacheBlockQueue([])
+    assert queue.block_ids() == [] and len(queue) == 0
+    queue.check_integrity()
+    queue.append_n([KVCacheBlock(4)])
+    assert queue.block_ids() == [4]
+    queue.check_integrity()
+
+
+def test_a_broken_sentinel_link_names_the_sentinel() -> None:
+    """The sentinels carry block id -1, so an error about a broken end of the queue says
+    which end (and never names a real block)."""
+    queue, blocks = queue_of(2)
+    blocks[1].next_free = None  # the chain no longer reaches the tail
+    with pytest.raises(IntegrityError, match=r"KVCacheBlock\(id=-1.* is not queued"):
+        queue.popleft_n(2)
+    queue, _ = queue_of(2)
+    queue._tail.prev_free = None
+    with pytest.raises(IntegrityError, match=r"KVCacheBlock\(id=-1.* is not queued"):
+        queue.append_n([KVCacheBlock(9)])
