@@ -89,7 +89,7 @@ def test_a_new_block_is_free_unhashed_and_unlinked() -> None:
     block = KVCacheBlock(7)
     assert (block.block_id, block.ref_cnt, block.block_hash, block.hash_group_id) == (
         7, 0, None, -1)
-    assert not block.is_null and block.extra_hashes is None
+    assert block.is_null is False and block.extra_hashes is None
     assert block.prev_free is None and block.next_free is None
 
 
