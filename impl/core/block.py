@@ -103,10 +103,9 @@ class FreeKVCacheBlockQueue:
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
         self._head = KVCacheBlock(SENTINEL_ID)
         self._tail = KVCacheBlock(SENTINEL_ID)
-        self._head.next_free = self._tail
         self._tail.prev_free = self._head
         self.num_free_blocks = 0
-        self.append_n(blocks)
+        self.append_n(blocks)  # links head -> blocks -> tail (head -> tail when there are none)
 
     def __len__(self) -> int:
         return self.num_free_blocks
