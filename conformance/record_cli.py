@@ -25,6 +25,7 @@ from conformance.errors import UserError
 from conformance.sched.compare import LEVELS, Comparer, check_level
 from conformance.sched.conform import WorkloadOutcome, _line, judge
 from conformance.sched.driver import Driver
+from conformance.sched.failures import describe, error_end, same_failed_ends
 from conformance.sched.liveness import Stalled
 from conformance.sched.lockstep import LockstepResult, Series
 from conformance.sched.record import StepRecord
@@ -137,7 +138,7 @@ def _record(args: argparse.Namespace) -> int:
         end = {"end": "stalled", "step": stalled.step, "reason": stalled.reason,
                "detail": stalled.detail}
     except Exception as err:
-        end = {"end": "error", "step": steps, "detail": f"{type(err).__name__}: {err}"}
+        end = error_end(err, steps)
     finally:
         writer.line({**end, "steps": steps})
         writer.close()
@@ -200,13 +201,16 @@ def compare_recorded(left: Recorded, right: Recorded) -> LockstepResult:
         steps += 1
         if comparers[-1].divergence is not None:
             break
-    errors = [f"{side} run ({run.system}) ended with an error: {run.end.get('detail')}"
-              for side, run in (("left", left), ("right", right)) if run.end.get("end") == "error"]
+    check = same_failed_ends(left.end, right.end)
+    errors = [] if check is not None else [
+        f"{side} run ({run.system}) ended with an error: {run.end.get('detail')}"
+        for side, run in (("left", left), ("right", right)) if run.end.get("end") == "error"]
     return LockstepResult(
         workload=left.workload, left=left.system, right=right.system, steps=steps,
         divergences=tuple(c.divergence for c in comparers if c.divergence is not None),
         error="; ".join(errors) or None, error_detail=None, seconds=0.0,
-        left_series=Series.of(list(left.records)), right_series=Series.of(list(right.records)))
+        left_series=Series.of(list(left.records)), right_series=Series.of(list(right.records)),
+        same_failure=None if check is None else describe(check, int(left.end["step"])))
 
 
 def _compare(args: argparse.Namespace) -> int:

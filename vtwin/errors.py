@@ -23,3 +23,17 @@ def require(condition: bool, message: str) -> None:
     Callers build `message` eagerly, so keep it cheap or guard hot paths with their own `if`."""
     if not condition:
         raise IntegrityError(message)
+
+
+class ReleaseCheckFailed(IntegrityError):
+    """The twin reached a state that the release it follows stops on with an assertion of its
+    own: an upstream bug the twin reproduces rather than papers over, because a twin that runs
+    on where upstream crashes hides the crash from whoever replays the workload on it.
+
+    `check` names the upstream check (`conformance.sched.failures` pairs each name with the
+    assertion upstream raises), so both systems stopping at the same step on the same check is
+    agreement, and one stopping alone is a divergence like any other."""
+
+    def __init__(self, check: str, detail: str) -> None:
+        super().__init__(f"release check {check!r} fails: {detail}")
+        self.check = check

@@ -24,7 +24,8 @@ from conformance.rundirs import update_index as update_runs_index
 PAGE = "report.html"
 PER_FAMILY = """SELECT left, right, family, COUNT(*) AS workloads, SUM(steps) AS steps,
     SUM(outcome = 'diverged') AS diverged, SUM(outcome = 'stalled') AS stalled,
-    SUM(outcome IN ('error', 'crashed')) AS errors, SUM(outcome = 'stall-agreed') AS agreed,
+    SUM(outcome IN ('error', 'crashed')) AS errors,
+    SUM(outcome IN ('stall-agreed', 'same-failure')) AS agreed,
     SUM(outcome = 'refused') AS refused, SUM(seconds) AS seconds
     FROM results GROUP BY left, right, family ORDER BY left, right, family"""
 CLASSES = """SELECT r.left, r.right, r.family, r.signature, COUNT(*) AS workloads,

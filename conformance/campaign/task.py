@@ -13,9 +13,11 @@ in `vtwin conform` (`pairs_of`), so against two releases the twin runs as each.
 
 Outcomes per pair: ``passed``; ``stall-agreed`` (both stalled the same way: agreement, as in
 `vtwin conform`); ``refused`` (both refused the config when built: agreement, as in
-`run_lockstep`); ``diverged`` (a difference at `exact`), ``stalled`` (one side stalled, or
-the two differently), ``error`` (a system raised) and ``crashed`` (the worker process died
-on every retry; set by the driver). The last four are failures. A failure's *signature*
+`run_lockstep`); ``same-failure`` (both stopped at the same step on the same release check, an
+upstream bug the twin reproduces: agreement, `conformance.sched.failures`); ``diverged`` (a
+difference at `exact`), ``stalled`` (one side stalled, or the two differently), ``error`` (a
+system raised) and ``crashed`` (the worker process died on every retry; set by the driver). The
+last four are failures. A failure's *signature*
 (``exact:block_tables``, ``stall:right:never-admitted``, ``error:IntegrityError``) is what
 the campaign shrinks once per pair and family, instead of once per workload.
 """
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from conformance.campaign.families import workload_for
 from conformance.record_cli import Recorded, compare_recorded
 from conformance.sched.driver import Driver, Stalled
+from conformance.sched.failures import error_end
 from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.proxy import WorkerDied
 from conformance.sched.system import SystemFactory, close_system
@@ -41,6 +44,7 @@ from workloads.model import Workload
 PASSED = "passed"
 STALL_AGREED = "stall-agreed"
 REFUSED = "refused"
+SAME_FAILURE = "same-failure"
 DIVERGED = "diverged"
 STALLED = "stalled"
 ERROR = "error"
@@ -165,6 +169,9 @@ def classify(result: LockstepResult, left: str, right: str) -> Comparison:
     level = result.level_reached
     if result.refused is not None:
         return Comparison(left, right, REFUSED, None, "", None, one_line(result.refused))
+    if result.same_failure is not None:
+        return Comparison(left, right, SAME_FAILURE, level, "", result.steps,
+                          one_line(result.same_failure))
     if result.error is not None:
         stall = result.stall
         if stall is not None and not stall.agreed:
@@ -210,7 +217,7 @@ def record_run(workload: Workload, factory: SystemFactory, label: str) -> Record
         end = {"end": "stalled", "step": stalled.step, "reason": stalled.reason,
                "detail": stalled.detail}
     except Exception as err:
-        end = {"end": "error", "step": len(records), "detail": f"{type(err).__name__}: {err}"}
+        end = error_end(err, len(records))
     finally:
         close_system(system)
     return Recorded(name, workload.name, none_hash, tuple(records), end)

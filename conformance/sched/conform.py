@@ -326,6 +326,8 @@ def _line(outcome: WorkloadOutcome) -> str:
         head += f"; {outcome.stalled}"
     if r.refused is not None:
         head += f"; {r.refused}"
+    if r.same_failure is not None:
+        head += f"; {r.same_failure}"
     divergence = outcome.divergence
     if divergence is not None:
         head += f": step {divergence.step}, field {divergence.field}"

@@ -129,8 +129,9 @@ def _workload(w: dict[str, Any], report: dict[str, Any]) -> str:
                      "</pre></details>")
     if w.get("stall"):
         parts.append(_stall(w))
-    if w.get("refused"):
-        parts.append(f"<p style='color:#57606a'>{_e(w['refused'])}</p>")
+    for agreed in ("refused", "same_failure"):  # agreement, shown as a quiet note
+        if w.get(agreed):
+            parts.append(f"<p style='color:#57606a'>{_e(w[agreed])}</p>")
     parts.append(render_divergences(w, left, right))
     decisive = _decisive(w)
     marker = None if decisive is None else (
@@ -167,6 +168,8 @@ def _offload_charts(s_left: dict[str, Any], s_right: dict[str, Any], left: str, 
 def _stall_badge(w: dict[str, Any]) -> str:
     if w.get("refused"):
         return " (config refused by both)"
+    if w.get("same_failure"):
+        return " (both stop on an upstream bug)"
     stall = w.get("stall")
     if not stall:
         return ""

@@ -7,7 +7,9 @@ The run stops early once even the `schedule` level has diverged: past that point
 systems are running different schedules and nothing more can be learned.
 
 A system that raises (an impl assertion, an integrity check) ends the run with an error; an
-errored workload reaches no level. A stall (`liveness.Stalled`) is caught per side, because
+errored workload reaches no level. Both sides raising at the same step on the same release
+check (an upstream assertion the twin reproduces, `failures`) is agreement instead: the result
+says so in `same_failure`. A stall (`liveness.Stalled`) is caught per side, because
 upstream stalls too (a request larger than the KV pool but within max_model_len is never
 admitted): both sides stalling at the same step, for the same reason, with the same queues is
 agreement (the result keeps a `StallReport` and no error); one side stalling alone, or the two
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.sched import failures
 from conformance.sched.activity import Activity
 from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
@@ -145,6 +148,10 @@ class LockstepResult:
     activity: Activity = Activity(0, 0, 0, 0, 0, 0)
     """What the left system's run exercised (preemptions, evictions, padding, hits)."""
     divergence_states: tuple[DivergenceState, ...] = ()
+    same_failure: str | None = None
+    """Both systems stopped at the same step on the same release check (an upstream bug the
+    twin reproduces, `conformance.sched.failures`): agreement, with the steps before compared
+    as usual."""
     refused: str | None = None
     """Both systems refused the workload's config when built (each one's error): agreement,
     as a release that rejects a config is behaviour the twin must reproduce."""
@@ -189,6 +196,8 @@ def run_lockstep(
     step = 0
     side = 0
     stall: StallReport | None = None
+    same_failure: str | None = None
+    also_raised: Exception | None = None  # the other side's error, when both raised alike
     systems: list[System] = []
     snapped: dict[str, DivergenceState] = {}
     try:
@@ -215,19 +224,21 @@ def run_lockstep(
         while grace != 0:
             pair: list[Step | None] = []
             stalls: list[Stalled | None] = []
-            for index, stream in enumerate(streams):
-                side = index  # named in the error message if this side raises
-                try:
-                    pair.append(next(stream, None))
-                    stalls.append(None)
-                except Stalled as stalled:
-                    pair.append(None)
-                    stalls.append(stalled)
-                except Exception:
-                    if grace < 0:
-                        raise
-                    pair.append(None)  # past the divergence only a stall is news
-                    stalls.append(None)
+            raised: list[Exception | None] = []
+            for stream in streams:
+                got, stalled, err = _advance(stream)
+                pair.append(got)
+                stalls.append(stalled)
+                raised.append(err if grace < 0 else None)  # past the divergence only a
+                # stall is news
+            if raised[0] is not None or raised[1] is not None:
+                same_failure = failures.same_failure(raised[0], raised[1])
+                if same_failure is None:
+                    side = 0 if raised[0] is not None else 1  # named in the error message
+                    also_raised = raised[1 - side]
+                    raise _first(raised)
+                same_failure = failures.describe(same_failure, step)
+                break
             if stalls[0] is not None or stalls[1] is not None:
                 stall = _stall_report(stalls, systems)
                 if not stall.agreed:
@@ -264,6 +275,9 @@ def run_lockstep(
     except Exception as err:  # a system failed: report it, do not crash the whole suite
         error = f"{('left', 'right')[side]} system {names[side]} raised " \
                 f"{type(err).__name__} at step {step}: {err}"
+        if also_raised is not None:
+            error += (f"; the {('left', 'right')[1 - side]} system raised "
+                      f"{type(also_raised).__name__} at that step too: {also_raised}")
         detail = traceback.format_exc(limit=8)
     finally:
         for writer in writers:
@@ -277,7 +291,22 @@ def run_lockstep(
         seconds=time.monotonic() - started,
         left_series=Series.of(records[0]), right_series=Series.of(records[1]), stall=stall,
         activity=Activity.of(records[0]), divergence_states=tuple(snapped.values()),
+        same_failure=same_failure,
     )
+
+
+def _advance(stream: Iterator[Step]) -> tuple[Step | None, Stalled | None, Exception | None]:
+    """One side's next step, or how it stopped: finished (all None), stalled, or raised."""
+    try:
+        return next(stream, None), None, None
+    except Stalled as stalled:
+        return None, stalled, None
+    except Exception as err:
+        return None, None, err
+
+
+def _first(raised: list[Exception | None]) -> Exception:
+    return next(err for err in raised if err is not None)
 
 
 def _build(factory: SystemFactory, config: EngineConfig) -> System | Exception:

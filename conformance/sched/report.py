@@ -97,6 +97,7 @@ def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
         "stalled": outcome.stalled,
         "stall": stall_json(r),
         "refused": r.refused,
+        "same_failure": r.same_failure,
         "known": None if waiver is None else {"id": waiver.id, "level": waiver.level,
                                               "reason": waiver.reason},
         "divergences": [d.to_json() for d in r.divergences],

@@ -1,4 +1,5 @@
-"""Upstream bugs the generated space steers around, each pinned by a workload that shows it.
+"""Upstream bugs, each pinned by a workload that shows it: ones the generated space steers
+around, and ones the twin reproduces (both systems stop alike: `conformance.sched.failures`).
 
 `conformance.sched.strategies` keeps `long_prefill_token_threshold` at or above
 1 + num_spec_tokens under spec decode because vLLM 0.32.0 asserts otherwise: a decode padded to
@@ -49,15 +50,21 @@ def test_lazy_offload_never_idles_when_the_cpu_tier_is_smaller() -> None:
     assert not (stall.right_state.running or stall.right_state.waiting)
 
 
-def test_upstream_032_asserts_when_two_adapters_end_up_running_under_max_loras_1() -> None:
+@pytest.mark.parametrize("name", ["lora-limit-assert-032", "lora-limit-assert-032-async"])
+def test_upstream_032_asserts_when_two_adapters_end_up_running_under_max_loras_1(
+        name: str) -> None:
     """vLLM 0.32.0's admission counts only the adapters of running requests scheduled in the
     step, so with `max_loras=1` a request with a second adapter is admitted while a running
     one (not scheduled that step) holds the first; the next step schedules both and the running
-    phase asserts. 0.33 counts every running request. Found by the offload Hypothesis family
-    (`strategies_offload` now keeps `max_loras` at 0); the file has no connector: it is a
-    scheduler bug. This test fails the day the installed upstream stops asserting."""
-    workload = load(str(BUGS / "lora-limit-assert-032.jsonl"))
+    phase asserts. 0.33 counts every running request. Found by both Hypothesis families; the
+    files have no connector: it is a scheduler bug. The twin under 0.32 stops at the same step
+    on release check 'lora-limit' (`conformance.sched.failures`), which is agreement. This test
+    fails the day the installed upstream stops asserting, or the twin stops reproducing it."""
+    workload = load(str(BUGS / f"{name}.jsonl"))
     assert workload.config.max_loras == 1 and workload.config.kv_connector is None
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    assert result.error is not None and "upstream" in result.error
-    assert "len(scheduled_loras) <= self.lora_config.max_loras" in (result.error_detail or "")
+    assert result.error is None and result.divergences == ()
+    assert result.same_failure is not None
+    assert result.same_failure.startswith(
+        f"both systems stop at step {result.steps} on release check 'lora-limit'")
+    assert result.steps == {"lora-limit-assert-032": 24, "lora-limit-assert-032-async": 28}[name]

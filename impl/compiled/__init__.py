@@ -1,8 +1,9 @@
 """The compiled build of the twin's hot modules, used only when `VTWIN_COMPILED=1` says so.
 
 `python -m impl.compiled.build` compiles `impl/core` and `impl/sched` with mypyc (the same typed
-source; nothing is rewritten) into `build/mypyc/<python tag>/`, next to a manifest of the
-SHA-256 of every source it compiled. Importing `impl` calls `activate()`: with
+source; nothing is rewritten) into `build/mypyc/<python tag>/`, plus the hand-written C
+extensions of `NATIVE_MODULES` (each left out, with why, where it cannot build), next to a
+manifest of the SHA-256 of every source it compiled. Importing `impl` calls `activate()`: with
 `VTWIN_COMPILED=1` it puts a finder in front of the import system that loads those modules from
 the build, after checking that every compiled source still has the digest the build recorded.
 A stale or missing build is an `ImportError` naming the fix, never a silent fallback: a run that
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,23 @@ SWITCH = "VTWIN_COMPILED"
 MANIFEST = "manifest.json"
 FORMAT = "vtwin-mypyc/1"
 IMPL_DIR = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class NativeModule:
+    """A hand-written C extension the compiled build adds beside mypyc's modules."""
+
+    source: str
+    """its C source, relative to the source root"""
+    libraries: tuple[str, ...]
+    """what it links (the build records why it could not, and goes on without it)"""
+
+
+NATIVE_MODULES: dict[str, NativeModule] = {
+    "impl.core._blockhash": NativeModule("impl/core/native/blockhash.c", ("crypto",)),
+}
+"""Module name -> C source. `impl.core._blockhash` serialises and digests a request's blocks
+(`impl.core.request_hasher` uses it when it imports; OpenSSL's libcrypto does the SHA-256)."""
 
 
 def build_dir(root: Path | None = None) -> Path:
@@ -58,6 +76,10 @@ class Build:
     shared: str
     """mypyc's shared library (a top-level module the per-module shims import)"""
     compiler: str
+    native: dict[str, str] = field(default_factory=dict)
+    """C extension module name -> SHA-256 of its C source (`NATIVE_MODULES` that built)"""
+    native_missing: dict[str, str] = field(default_factory=dict)
+    """C extension module name -> why it was not built (the twin runs without it)"""
 
     @classmethod
     def read(cls, directory: Path) -> Build | None:
@@ -68,7 +90,8 @@ class Build:
         if data.get("format") != FORMAT:
             return None
         return cls(directory, dict(data["modules"]), str(data["shared"]),
-                   str(data.get("compiler", "mypyc")))
+                   str(data.get("compiler", "mypyc")), dict(data.get("native", {})),
+                   dict(data.get("native_missing", {})))
 
     def stale(self, source_root: Path = IMPL_DIR.parent) -> list[str]:
         """Modules whose source changed (or vanished) since the build."""
@@ -76,6 +99,11 @@ class Build:
         for module, digest in sorted(self.modules.items()):
             path = module_source(module, source_root)
             if not path.is_file() or source_digest(path) != digest:
+                changed.append(module)
+        for module, digest in sorted(self.native.items()):
+            native = NATIVE_MODULES.get(module)
+            path = source_root / native.source if native is not None else Path()
+            if native is None or not path.is_file() or source_digest(path) != digest:
                 changed.append(module)
         return changed
 
@@ -93,7 +121,9 @@ class CompiledFinder:
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname not in self.build.modules and fullname != self.build.shared:
+        build = self.build
+        if (fullname not in build.modules and fullname not in build.native
+                and fullname != build.shared):
             return None
         location = self.build.extension(fullname)
         if not location.is_file():
@@ -141,7 +171,10 @@ def describe() -> str:
     """What `vtwin --version` says about the twin: which build runs, and what else is there."""
     build = active_build()
     if build is not None:
-        return f"compiled ({build.compiler}, {len(build.modules)} modules)"
+        native = "".join(f", {name} in C" for name in sorted(build.native))
+        missing = "".join(f", {name} not built: {why}"
+                          for name, why in sorted(build.native_missing.items()))
+        return f"compiled ({build.compiler}, {len(build.modules)} modules{native}{missing})"
     available = Build.read(build_dir())
     if available is None:
         return "pure Python (no compiled build: python -m impl.compiled.build)"

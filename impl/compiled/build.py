@@ -22,7 +22,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from impl.compiled import FORMAT, IMPL_DIR, MANIFEST, Build, build_dir, source_digest
+from impl.compiled import (
+    FORMAT,
+    IMPL_DIR,
+    MANIFEST,
+    NATIVE_MODULES,
+    Build,
+    build_dir,
+    source_digest,
+)
 
 PACKAGES: tuple[str, ...] = ("impl/core", "impl/sched")
 NOT_COMPILED: dict[str, str] = {}
@@ -34,14 +42,23 @@ GROUP = "vtwin_impl"
 NO_COMPILER = 3
 
 
-def compiler() -> str | None:
-    """Why the build cannot run here, or None when it can (a C compiler and Python.h)."""
+def c_compiler() -> str | None:
+    """Why no C extension can be built here, or None when one can (a C compiler and
+    Python.h: all `NATIVE_MODULES` need besides their own libraries)."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None and shutil.which(os.environ.get("CC", "cc")) is None:
         return f"no C compiler ({cc}) on PATH"
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not include.is_file():
         return f"no Python headers ({include})"
+    return None
+
+
+def compiler() -> str | None:
+    """Why the build cannot run here, or None when it can (a C compiler, Python.h, mypyc)."""
+    missing = c_compiler()
+    if missing is not None:
+        return missing
     try:
         import mypyc.build  # noqa: F401
     except ImportError:
@@ -100,12 +117,76 @@ def compile_modules(modules: dict[str, Path], scratch: Path) -> Path:
     return out
 
 
+def compile_native(out: Path, scratch: Path,
+                   source_root: Path = IMPL_DIR.parent) -> tuple[dict[str, str], dict[str, str]]:
+    """Build each of `NATIVE_MODULES` into `out`: (built: name -> source digest, missing: name
+    -> why). One that fails (no OpenSSL headers, say) is left out, not fatal: the twin's
+    Python code runs without it, and `vtwin --version` says so."""
+    import importlib
+
+    setuptools = importlib.import_module("setuptools")
+    built: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    for name, native in NATIVE_MODULES.items():
+        source = source_root / native.source
+        extension = setuptools.Extension(name, [str(source)], libraries=list(native.libraries),
+                                         extra_compile_args=["-O3"])
+        log = scratch / f"{name}.log"
+        try:
+            with working_directory(scratch), _quiet(log):
+                setuptools.setup(name=f"vtwin-{name}", ext_modules=[extension],
+                                 script_args=["--quiet", "build_ext", "--build-lib", str(out),
+                                              "--build-temp", str(scratch / "native")])
+        except (Exception, SystemExit) as err:  # distutils exits with the compiler's error
+            missing[name] = _first_error(log) or f"{type(err).__name__}: {err}"
+            continue
+        built[name] = source_digest(source)
+    return built, missing
+
+
+@contextlib.contextmanager
+def _quiet(log: Path) -> Iterator[None]:
+    """The C compiler's output (file descriptors 1 and 2) into `log`: a missing header is one
+    line in the build's summary, not a page of compiler output."""
+    with log.open("wb") as sink:
+        saved = [os.dup(1), os.dup(2)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _first_error(log: Path) -> str | None:
+    lines = log.read_text("utf-8", "replace").splitlines() if log.is_file() else []
+    return next((line.strip() for line in lines if "error" in line.lower()), None)
+
+
+def up_to_date(current: Build | None, modules: dict[str, str],
+               native: dict[str, str]) -> bool:
+    """The build holds exactly these sources: mypyc's modules, and every native module built
+    from its current source or recorded as missing (`--force` retries a missing one)."""
+    if current is None or current.modules != modules:
+        return False
+    return all(current.native.get(name) == digest or name in current.native_missing
+               for name, digest in native.items())
+
+
 def build(target: Path, force: bool = False) -> str:
     """Compile into `target` unless it already holds a build of exactly these sources."""
     modules = sources()
     before = digests(modules)
+    native_sources = {name: source_digest(IMPL_DIR.parent / native.source)
+                      for name, native in NATIVE_MODULES.items()}
     current = Build.read(target)
-    if not force and current is not None and current.modules == before:
+    if not force and up_to_date(current, before, native_sources):
         return f"up to date ({len(before)} modules in {target})"
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.parent / f".scratch-{os.getpid()}"
@@ -114,20 +195,24 @@ def build(target: Path, force: bool = False) -> str:
     start = time.perf_counter()
     try:
         out = compile_modules(modules, scratch)
+        native, missing = compile_native(out, scratch)
         if digests(modules) != before:
             raise RuntimeError("sources changed while compiling: run the build again")
         shared = [p.name.split(".")[0] for p in out.glob(f"*{GROUP}*")]
         if len(shared) != 1:
             raise RuntimeError(f"expected one mypyc shared library in {out} (got {shared})")
         manifest = {"format": FORMAT, "compiler": "mypyc", "shared": shared[0],
-                    "python": sys.version.split()[0], "modules": before}
+                    "python": sys.version.split()[0], "modules": before, "native": native,
+                    "native_missing": missing}
         (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         shutil.rmtree(target, ignore_errors=True)
         out.rename(target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.perf_counter() - start
-    return f"built {len(before)} modules with mypyc in {seconds:.0f} s -> {target}"
+    extra = "".join(f" + {name} (C)" for name in native)
+    extra += "".join(f"; {name} not built: {why}" for name, why in missing.items())
+    return f"built {len(before)} modules with mypyc{extra} in {seconds:.0f} s -> {target}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -199,7 +199,7 @@ class BlockPool:
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
         queue = self.free_block_queue
-        for block in blocks:
+        for block in _as_list(blocks):
             if block.ref_cnt == 0:
                 queue.remove(block)
             block.ref_cnt += 1
@@ -213,7 +213,7 @@ class BlockPool:
         """
         hashed: list[KVCacheBlock] = []
         unhashed: list[KVCacheBlock] = []
-        for block in ordered_blocks:
+        for block in _as_list(ordered_blocks):
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
             if ref_cnt == 0:
@@ -315,3 +315,11 @@ class BlockPool:
             if holders is not None and block.ref_cnt != holders.get(block.block_id, 0):
                 raise IntegrityError(f"block pool: {block} ref_cnt {block.ref_cnt} != "
                                      f"{holders.get(block.block_id, 0)} holders")
+
+
+def _as_list(blocks: Iterable[KVCacheBlock]) -> list[KVCacheBlock]:
+    """`blocks` as a list: compiled, a loop over a list reads its items by index, while any
+    other iterable (`reversed(...)`, which every finished request passes) goes through the
+    iterator protocol and a type check per item; copying first measured faster."""
+    return blocks if isinstance(blocks, list) else list(blocks)
+

@@ -235,7 +235,7 @@ class KVCacheManager:
         else:
             result = self._empty
         if self.enable_caching and not delay_cache_blocks:
-            num_full = min(num_tokens_main, len(request.all_token_ids)) // block_size
+            num_full = min(num_tokens_main, request.num_tokens) // block_size
             if num_full > manager.num_cached_block[request.request_id]:
                 manager.cache_blocks(request, request.block_hashes, num_full * block_size)
         return result

@@ -1,8 +1,18 @@
-"""Incremental block hashing of a request's tokens (prompt and, as they arrive, outputs)."""
+"""Incremental block hashing of a request's tokens (prompt and, as they arrive, outputs).
+
+Three paths give the same values. The serialiser path (pickle or cbor2, then the digest) takes
+any block. The direct path (`impl.core.token_runs`, compiled with mypyc) writes a block's bytes
+itself. The compiled build's C extension (`impl/core/native/blockhash.c`, imported when the
+build has it) writes and digests a whole run of blocks in one call. Each faster path declines
+what it does not model and hands the rest to the next one.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+import xxhash
 
 from impl.core.block import BlockHash
 from impl.core.hashing import (
@@ -14,10 +24,27 @@ from impl.core.hashing import (
 )
 from impl.core.token_runs import DIRECT, cbor_block, pickle_block
 
+NativeHashBlocks = Callable[[bytes, list[int] | tuple[int, ...], int, int, bool,
+                             Callable[[bytes], bytes] | None], list[bytes]]
+
+
+def _native_hash_blocks() -> NativeHashBlocks | None:
+    """The compiled build's C `hash_blocks`, or None (the pure twin, or a build without it)."""
+    try:
+        from impl.core._blockhash import hash_blocks
+    except ImportError:
+        return None
+    return hash_blocks
+
+
+NATIVE: Final = _native_hash_blocks()
+
 
 class HashableRequest(Protocol):
     @property
     def all_token_ids(self) -> list[int]: ...
+    @property
+    def token_ids_to_hash(self) -> list[int] | tuple[int, ...]: ...
     @property
     def block_hashes(self) -> list[BlockHash]: ...
     @property
@@ -36,7 +63,8 @@ class RequestBlockHasher:
     to every later block). Keys are tagged tuples so different kinds can never collide.
     """
 
-    __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_cbor", "_sha256")
+    __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_cbor", "_sha256", "_native",
+                 "_native_digest")
 
     def __init__(self, hash_block_size: int, hash_name: str, none_hash: BlockHash) -> None:
         if hash_block_size < 1:
@@ -47,6 +75,10 @@ class RequestBlockHasher:
         # a stored function would cost more than the encoding of a 16-token block).
         self._cbor = hash_name in CBOR_HASH_FUNCTIONS
         self._sha256 = hash_name in SHA256_HASH_FUNCTIONS
+        self._native = NATIVE
+        # The C path digests SHA-256 itself and XXH3-128 through this.
+        self._native_digest: Callable[[bytes], bytes] | None = (
+            None if self._sha256 else xxhash.xxh3_128_digest)
         self.none_hash = none_hash
 
     def extra_keys(self, request: HashableRequest, start: int) -> tuple[Any, ...] | None:
@@ -60,10 +92,12 @@ class RequestBlockHasher:
     def __call__(self, request: HashableRequest) -> list[BlockHash]:
         size = self.hash_block_size
         hashes = request.block_hashes
-        tokens = request.all_token_ids
         start = len(hashes) * size
         parent = hashes[-1] if hashes else self.none_hash
         plain = request.lora_name is None and request.cache_salt is None
+        if plain and self._native is not None:
+            return self._hash_native(self._native, parent, request, start)
+        tokens = request.all_token_ids
         if plain and DIRECT:
             return self._hash_direct(parent, tokens, start)
         hash_fn = self._hash_fn
@@ -73,6 +107,20 @@ class RequestBlockHasher:
             parent = hash_fn((parent, tuple(tokens[start : start + size]), extra))
             new.append(parent)
             start += size
+        return new
+
+    def _hash_native(self, native: NativeHashBlocks, parent: BlockHash,
+                     request: HashableRequest, start: int) -> list[BlockHash]:
+        """Blocks without extra keys, written and digested by the C extension (from the prompt
+        tuple while the request has no token list yet); where it stops (a block it does not
+        model), the direct path goes on."""
+        size = self.hash_block_size
+        tokens = request.token_ids_to_hash
+        new = native(parent, tokens, start, size, self._cbor, self._native_digest)
+        end = start + len(new) * size
+        if end + size > len(tokens):
+            return new  # every full block
+        new.extend(self._hash_direct(new[-1] if new else parent, request.all_token_ids, end))
         return new
 
     def _hash_direct(self, parent: BlockHash, tokens: list[int], start: int) -> list[BlockHash]:

@@ -14,6 +14,7 @@ from mypy_extensions import trait
 from impl.behaviour import Behaviour
 from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request
+from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
     from impl.sched.step_plan import StepPlan
@@ -36,6 +37,22 @@ class AdmissionRules:
         source = (self.running if self.behaviour.lora_limit_counts_running
                   else plan.scheduled_running)
         return {r.lora_name for r in source if r.lora_name is not None}
+
+    def _check_running_loras(self, plan: StepPlan) -> None:
+        """Raise `ReleaseCheckFailed('lora-limit')` when the running phase scheduled more
+        adapters than `max_loras`. Upstream asserts this at the same point (the model runner
+        can hold only `max_loras` adapters in a batch). Under 0.33's admission (every running
+        request counted) it cannot happen; 0.32's admission lets a waiting request take the slot
+        of a running one left out of its step, and the next step that schedules both stops:
+        the twin stops there too, with upstream."""
+        limit = self.scheduler_config.max_loras
+        if not limit:
+            return
+        adapters = {r.lora_name for r in plan.scheduled_running if r.lora_name is not None}
+        if len(adapters) > limit:
+            raise ReleaseCheckFailed("lora-limit", (
+                f"the running phase scheduled adapters {sorted(adapters)}, more than "
+                f"max_loras={limit} ({self.behaviour.release} admission)"))
 
     def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
         """Placeholder drafts for an admitted request that needs just its last token (a resumed

@@ -38,7 +38,7 @@ FINISH_REASONS: dict[RequestStatus, str] = {
 
 class Request:
     __slots__ = (
-        "request_id", "prompt_token_ids", "all_token_ids", "output_token_ids", "num_prompt_tokens",
+        "request_id", "prompt_token_ids", "_token_ids", "output_token_ids", "num_prompt_tokens",
         "num_computed_tokens", "block_hashes", "max_tokens", "stop_token_ids",
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
@@ -68,9 +68,10 @@ class Request:
     ) -> None:
         self.request_id = request_id
         # A tuple: shared as is with the scheduler output's NewRequestData and never copied
-        # again (a tuple given here is kept without a copy; a 40k-token prompt costs one list).
+        # again (a tuple given here is kept without a copy).
         self.prompt_token_ids = tuple(prompt_token_ids)
-        self.all_token_ids = list(self.prompt_token_ids)
+        # Prompt and outputs in one list, built on first use (`all_token_ids`).
+        self._token_ids: list[int] | None = None
         self.output_token_ids: list[int] = []
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.num_computed_tokens = 0
@@ -110,12 +111,33 @@ class Request:
             self.block_hashes.extend(block_hasher(self))
 
     @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt and outputs as one list, built at its first use (the first output, at the
+        latest). A request still waiting holds only its prompt tuple: a trace that queues 12k
+        prompts of 142M tokens in all copied 1.1 GB of token lists up front, and on this machine
+        touching that much fresh memory cost more than hashing every prompt (perf: the kernel
+        clearing pages, 40% of building the conversation trace). Built when a request starts
+        producing, the list reuses memory finished requests gave back."""
+        tokens = self._token_ids
+        if tokens is None:
+            tokens = list(self.prompt_token_ids)
+            self._token_ids = tokens
+        return tokens
+
+    @property
+    def token_ids_to_hash(self) -> list[int] | tuple[int, ...]:
+        """The tokens as they are now, without building the list (what the C block hasher
+        reads; any other reader wants `all_token_ids`)."""
+        tokens = self._token_ids
+        return self.prompt_token_ids if tokens is None else tokens
+
+    @property
     def num_tokens(self) -> int:
-        return len(self.all_token_ids)
+        return self.num_prompt_tokens + len(self.output_token_ids)
 
     @property
     def num_tokens_with_spec(self) -> int:
-        return len(self.all_token_ids) + len(self.spec_token_ids)
+        return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:

@@ -100,6 +100,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
         plan = StepPlan(self.max_num_scheduled_tokens)
         hold_prefill = self.cadence.holds_prefill(self.running)
         self._schedule_running(plan, hold_prefill)
+        self._check_running_loras(plan)
         if not plan.preempted:
             self._admit_waiting(plan, hold_prefill)
             if not hold_prefill:
@@ -128,7 +129,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
         | context               | max_model_len - 1 - computed: room for the sampled token    |
         """
         num_computed = request.num_computed_tokens
-        num_new = (len(request.all_token_ids) + len(request.spec_token_ids)
+        num_new = (request.num_tokens + len(request.spec_token_ids)
                    + request.num_output_placeholders - num_computed)
         if 0 < threshold < num_new:
             num_new = threshold
@@ -318,7 +319,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             request = requests[req_id]
             request.num_computed_tokens += num
             request.is_prefill_chunk = request.num_computed_tokens < (
-                len(request.all_token_ids) + request.num_output_placeholders)
+                request.num_tokens + request.num_output_placeholders)
             if self.has_connector:
                 request.last_sched_seq = self.sched_step_seq
                 if not request.is_prefill_chunk:

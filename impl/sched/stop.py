@@ -21,7 +21,7 @@ def check_stop(request: Request, max_model_len: int) -> bool:
         request.status = RequestStatus.FINISHED_STOPPED
         request.stop_reason = last
         return True
-    if (len(request.all_token_ids) >= max_model_len
+    if (request.num_tokens >= max_model_len
             or len(output_token_ids) >= request.max_tokens):
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True

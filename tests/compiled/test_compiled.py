@@ -14,6 +14,7 @@ import pytest
 from impl.compiled import (
     FORMAT,
     MANIFEST,
+    NATIVE_MODULES,
     Build,
     CompiledFinder,
     activate,
@@ -22,7 +23,7 @@ from impl.compiled import (
     module_source,
     source_digest,
 )
-from impl.compiled.build import NOT_COMPILED, sources
+from impl.compiled.build import NOT_COMPILED, sources, up_to_date
 
 
 def make_build(tmp_path: Path, text: str = "X = 1\n") -> tuple[Build, Path]:
@@ -99,3 +100,47 @@ def test_the_build_compiles_core_and_sched_scheduler_mixins_included() -> None:
     assert not set(NOT_COMPILED) & set(modules)
     assert not any(name.endswith("__init__") for name in modules)
     assert build_dir().parent.name == "mypyc"
+
+
+def test_a_native_module_is_stale_when_its_c_source_changes(tmp_path: Path) -> None:
+    build, source_root = make_build(tmp_path)
+    c_source = source_root / NATIVE_MODULES["impl.core._blockhash"].source
+    c_source.parent.mkdir(parents=True)
+    c_source.write_text("/* v1 */\n")
+    native = Build(build.directory, build.modules, build.shared, build.compiler,
+                   {"impl.core._blockhash": source_digest(c_source)})
+    assert native.stale(source_root) == []
+    c_source.write_text("/* v2 */\n")
+    assert native.stale(source_root) == ["impl.core._blockhash"]
+    unknown = Build(build.directory, build.modules, build.shared, build.compiler,
+                    {"impl.core._gone": "0" * 64})
+    assert unknown.stale(source_root) == ["impl.core._gone"]  # no longer a native module
+
+
+def test_the_manifest_records_native_modules_and_why_one_is_missing(tmp_path: Path) -> None:
+    (tmp_path / MANIFEST).write_text(json.dumps({
+        "format": FORMAT, "compiler": "mypyc", "shared": "vtwin_impl__mypyc", "modules": {},
+        "native": {"impl.core._blockhash": "ab"},
+        "native_missing": {"impl.core._other": "fatal error: openssl/sha.h: No such file"}}))
+    build = Build.read(tmp_path)
+    assert build is not None and build.native == {"impl.core._blockhash": "ab"}
+    assert build.native_missing == {"impl.core._other": "fatal error: openssl/sha.h: No such file"}
+    finder = CompiledFinder(build)
+    assert finder.find_spec("impl.core._blockhash") is None  # recorded, but no file
+    extension = build.extension("impl.core._blockhash")
+    extension.parent.mkdir(parents=True)
+    extension.write_bytes(b"")
+    spec = finder.find_spec("impl.core._blockhash")
+    assert spec is not None and spec.origin == str(extension)
+    assert finder.find_spec("impl.core._other") is None
+
+
+def test_up_to_date_needs_every_native_module_built_from_its_source_or_missing() -> None:
+    build = Build(Path("b"), {"impl.core.x": "1"}, "shared", "mypyc",
+                  {"impl.core._blockhash": "c1"}, {"impl.core._other": "no compiler"})
+    native = {"impl.core._blockhash": "c1", "impl.core._other": "o1"}
+    assert up_to_date(build, {"impl.core.x": "1"}, native)
+    assert not up_to_date(build, {"impl.core.x": "2"}, native)  # a Python source changed
+    assert not up_to_date(build, {"impl.core.x": "1"}, {**native, "impl.core._blockhash": "c2"})
+    assert not up_to_date(build, {"impl.core.x": "1"}, {**native, "impl.core._new": "n1"})
+    assert not up_to_date(None, {"impl.core.x": "1"}, native)

@@ -18,7 +18,9 @@ from impl.sched.config import SchedulerConfig
 from impl.sched.output import DraftTokenIds, ModelRunnerOutput
 from impl.sched.request import Request
 from impl.sched.scheduler import Scheduler
+from impl.sched.step_plan import StepPlan
 from tests.sched.helpers import NONE_HASH, make_request, make_scheduler, scheduled, step
+from vtwin.errors import ReleaseCheckFailed
 
 RELEASES = [BEHAVIOUR_0_32, BEHAVIOUR_0_33]
 
@@ -378,3 +380,27 @@ def test_requests_skipped_for_max_loras_do_not_make_the_engine_capacity_bound() 
                 1: [make_request("p", range(600, 608), max_tokens=4)]}
     assert schedules_with_arrivals(scheduler, arrivals, 2) == [{"d": 4}, {"d": 1}]
     assert scheduler.cadence.capacity_bound is False
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_two_adapters_scheduled_under_max_loras_1_stop_the_step_as_upstream_does(
+        behaviour: Behaviour) -> None:
+    """The running phase's adapters must fit `max_loras`: upstream asserts it there, and the
+    twin raises `ReleaseCheckFailed('lora-limit')` at the same point (0.32's admission can
+    reach it: `conformance/upstream_bugs/lora-limit-assert-032*.jsonl`). Requests without an
+    adapter and a second request on the same adapter do not count."""
+    scheduler = make_scheduler(max_loras=1, behaviour=behaviour)
+    a, a2, b, plain = (make_request(r, range(100, 110), lora_name=lora) for r, lora in (
+        ("a", "adapter-a"), ("a2", "adapter-a"), ("b", "adapter-b"), ("p", None)))
+    plan = StepPlan(256)
+    plan.scheduled_running = [a, a2, plain]
+    scheduler._check_running_loras(plan)  # one adapter: within the limit
+    plan.scheduled_running = [plain, a, b]
+    with pytest.raises(ReleaseCheckFailed) as raised:
+        scheduler._check_running_loras(plan)
+    assert raised.value.check == "lora-limit"
+    assert str(raised.value) == (
+        "release check 'lora-limit' fails: the running phase scheduled adapters "
+        f"['adapter-a', 'adapter-b'], more than max_loras=1 ({behaviour.release} admission)")
+    for limit in (0, 2):  # no LoRA config, or room for both
+        make_scheduler(max_loras=limit, behaviour=behaviour)._check_running_loras(plan)
