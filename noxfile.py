@@ -101,8 +101,8 @@ def compiled_suite(session: nox.Session) -> None:
     C compiler is here) against upstream: the default scheduler suite and the regression
     workloads in lockstep, with VTWIN_COMPILED=1 loading the compiled modules (~2 min on two
     workers), the hash differential test and the unit tests of what only the compiled build
-    runs differently (the direct block encoders, the C block hasher, the free queue's links). Not the harness's own
-    tests (planted bugs subclass the twin's pure classes)."""
+    runs differently (the direct block encoders, the C block hasher, the free queue's links).
+    Not the harness's own tests (planted bugs subclass the twin's pure classes)."""
     if not build_compiled(session):
         return
     session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
