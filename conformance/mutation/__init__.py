@@ -9,6 +9,8 @@
   with its reason; an entry that matches no mutant is stale and fails the run.
 - `report`: the score, `mutation.json` and `index.html` of one run.
 - `runs`: a directory per run under `reports/mutation/`, `latest` and the index of runs.
+- `sync`: before each run, refreshes mutmut's copies of non-Python files (C sources, stubs)
+  and removes copies whose source is gone, which mutmut itself never does.
 - `run`: the CLI (`python -m conformance.mutation run --max-minutes 60`).
 
 Why mutmut 3 and not our own mutator: it forks one worker per mutant from a process that has

@@ -35,6 +35,7 @@ from conformance.mutation.results import (
     read_mutants,
     status_of,
 )
+from conformance.mutation.sync import source_paths, sync_copies
 from conformance.sched.suite import REGRESSIONS_DIR
 
 ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -175,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mutation: {note}")
         try:
             if args.command == "run":
+                # mutmut copies a non-Python file once and never removes a copy: refresh them
+                # (a stale C source was once tested in its old form).
+                synced = sync_copies(args.mutants_dir, Path("."),
+                                     source_paths(Path("pyproject.toml")))
+                print(synced.line())
                 if args.rerun_survivors:
                     count = reset_survivors(args.mutants_dir, args.equivalents)
                     print(f"mutation: {count} survivors to test again")

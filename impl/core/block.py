@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i32, mypyc_attr
 
 from vtwin.errors import IntegrityError
 
@@ -36,17 +36,23 @@ class KVCacheBlock:
     at the same time, so a prefix hit can revive it until it is evicted for reuse.
     """
 
-    block_id: int
+    # Field order is memory layout when compiled: the fields every queue operation touches
+    # (the reference count and both links) sit next to the object header, so one cache line
+    # usually holds them, and the group id is 32-bit so that the block fits mypyc's struct in
+    # 80 bytes (96 with the GC header: pymalloc's 96-byte class, not 112). A pool's blocks lie
+    # one after another, so bytes per block are what a pass over a batch of them costs once
+    # the pool outgrows the caches (see reports/benchmarks.md, "The misses").
     ref_cnt: int
-    block_hash: BlockHash | None
-    hash_group_id: int  # -1 while the block has no hash
-    is_null: bool
-    # Secondary prefix-cache keys of this block: hashes of sub-block boundaries inside it
-    # (a prompt that ends inside the block can still be found at that boundary).
-    extra_hashes: list[BlockHash] | None
     # The free queue's links (both None while the block is not free).
     prev_free: KVCacheBlock | None
     next_free: KVCacheBlock | None
+    block_hash: BlockHash | None
+    block_id: int
+    # Secondary prefix-cache keys of this block: hashes of sub-block boundaries inside it
+    # (a prompt that ends inside the block can still be found at that boundary).
+    extra_hashes: list[BlockHash] | None
+    hash_group_id: i32  # -1 while the block has no hash
+    is_null: bool
 
     def __init__(self, block_id: int) -> None:
         """A new block: free of references, hash and links (the pool and the free queue set

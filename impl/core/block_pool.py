@@ -40,16 +40,34 @@ class BlockPool:
         # Its reference count is never tracked: start it so high that no sequence of frees can
         # bring it to zero, so hot loops need no `is_null` test to keep it out of the queue.
         self.null_block.ref_cnt = NULL_BLOCK_REF_CNT
-        self._hash_maps: dict[int, BlockHashToBlockMap] = {}
+        # The prefix-cache index of each KV-cache group, by group id (None: nothing cached
+        # yet). A list, not a dict: evicting a block finds its group's map by index, with no
+        # boxed key and no hashing (one per evicted block).
+        self._hash_maps: list[BlockHashToBlockMap | None] = []
         self.enable_kv_cache_events = enable_kv_cache_events
         self.kv_event_queue: list[KVCacheEvent] = []
 
     # -- prefix-cache lookups -------------------------------------------------------------
     def hash_map(self, group_id: int) -> BlockHashToBlockMap:
-        hash_map = self._hash_maps.get(group_id)
+        """Group `group_id`'s index, made on first use."""
+        if group_id < 0:
+            raise ValueError(f"group_id must be >= 0 (got {group_id})")
+        maps = self._hash_maps
+        while len(maps) <= group_id:
+            maps.append(None)
+        hash_map = maps[group_id]
         if hash_map is None:
-            hash_map = self._hash_maps[group_id] = BlockHashToBlockMap()
+            hash_map = maps[group_id] = BlockHashToBlockMap()
         return hash_map
+
+    def _existing_map(self, group_id: int) -> BlockHashToBlockMap | None:
+        """Group `group_id`'s index, or None while that group has cached nothing."""
+        maps = self._hash_maps
+        return maps[group_id] if 0 <= group_id < len(maps) else None
+
+    def _maps_by_group(self) -> list[tuple[int, BlockHashToBlockMap]]:
+        return [(group_id, hash_map) for group_id, hash_map in enumerate(self._hash_maps)
+                if hash_map is not None]
 
     def get_cached_block(
         self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
@@ -57,7 +75,7 @@ class BlockPool:
         """One cached block per group for `block_hash`, or None if any group misses."""
         found = []
         for group_id in kv_cache_group_ids:
-            hash_map = self._hash_maps.get(group_id)
+            hash_map = self._existing_map(group_id)
             block = hash_map.get_one_block(block_hash) if hash_map is not None else None
             if block is None:
                 return None
@@ -181,7 +199,7 @@ class BlockPool:
         group_id = block.hash_group_id
         extra_hashes = block.extra_hashes
         block.reset_hash()
-        hash_map = self._hash_maps.get(group_id)
+        hash_map = self._existing_map(group_id)
         if hash_map is None:
             return
         if extra_hashes is None:  # the common case: one key, one event
@@ -248,7 +266,7 @@ class BlockPool:
         return self.free_block_queue.num_free_blocks
 
     def get_num_cached_blocks(self) -> int:
-        return sum(len(hash_map) for hash_map in self._hash_maps.values())
+        return sum(len(hash_map) for _, hash_map in self._maps_by_group())
 
     def get_usage(self) -> float:
         usable = self.num_gpu_blocks - 1
@@ -261,7 +279,7 @@ class BlockPool:
         return events
 
     def cached_hashes(self) -> set[tuple[int, BlockHash]]:
-        return {(g, h) for g, m in self._hash_maps.items() for h in m.hashes()}
+        return {(g, h) for g, m in self._maps_by_group() for h in m.hashes()}
 
     def count_states(self) -> tuple[int, int, int]:
         """(active, cached, empty) over the usable blocks (the null block excluded).
@@ -293,7 +311,7 @@ class BlockPool:
         free_ids = set(self.free_block_queue.block_ids())
         require(0 not in free_ids, "block pool: the null block is free")
         indexed: dict[int, int] = {}
-        for group_id, hash_map in self._hash_maps.items():
+        for group_id, hash_map in self._maps_by_group():
             for block_hash, block in hash_map.items():
                 keys = [block.block_hash, *(block.extra_hashes or ())]
                 if block_hash not in keys or block.hash_group_id != group_id:

@@ -43,8 +43,7 @@ NATIVE: Final = _native_hash_blocks()
 class HashableRequest(Protocol):
     @property
     def all_token_ids(self) -> list[int]: ...
-    @property
-    def token_ids_to_hash(self) -> list[int] | tuple[int, ...]: ...
+    def tokens_from(self, start: int) -> list[int] | tuple[int, ...]: ...
     @property
     def block_hashes(self) -> list[BlockHash]: ...
     @property
@@ -111,16 +110,17 @@ class RequestBlockHasher:
 
     def _hash_native(self, native: NativeHashBlocks, parent: BlockHash,
                      request: HashableRequest, start: int) -> list[BlockHash]:
-        """Blocks without extra keys, written and digested by the C extension (from the prompt
-        tuple while the request has no token list yet); where it stops (a block it does not
-        model), the direct path goes on."""
+        """Blocks without extra keys, written and digested by the C extension from the
+        request's tokens `start:` (the prompt tuple itself for a new prompt: no token list is
+        built); where it stops (a block it does not model), the direct path goes on."""
         size = self.hash_block_size
-        tokens = request.token_ids_to_hash
-        new = native(parent, tokens, start, size, self._cbor, self._native_digest)
-        end = start + len(new) * size
-        if end + size > len(tokens):
+        tokens = request.tokens_from(start)
+        new = native(parent, tokens, 0, size, self._cbor, self._native_digest)
+        done = len(new) * size
+        if done + size > len(tokens):
             return new  # every full block
-        new.extend(self._hash_direct(new[-1] if new else parent, request.all_token_ids, end))
+        new.extend(self._hash_direct(new[-1] if new else parent, request.all_token_ids,
+                                     start + done))
         return new
 
     def _hash_direct(self, parent: BlockHash, tokens: list[int], start: int) -> list[BlockHash]:

@@ -142,7 +142,9 @@ class SingleTypeKVCacheManager:
         self.block_pool.cache_full_blocks(
             self.req_to_blocks[request_id], block_hashes, num_cached, num_full,
             self.kv_cache_group_id, block_size=self.block_size,
-            token_ids=request.all_token_ids, lora_name=request.lora_name,
+            # Only events carry tokens: reading `all_token_ids` builds the request's list.
+            token_ids=request.all_token_ids if self.block_pool.enable_kv_cache_events else (),
+            lora_name=request.lora_name,
             block_mask=self.reachable_block_mask(num_cached, num_full, request.num_prompt_tokens),
         )
         self.num_cached_block[request_id] = num_full

@@ -17,7 +17,9 @@ from vtwin.errors import IntegrityError
 
 def make_output(plan: StepPlan, max_num_scheduled_tokens: int, finished_req_ids: set[str],
                 prev_step_scheduled_req_ids: set[str]) -> SchedulerOutput:
-    total = sum(plan.num_scheduled.values())
+    total = 0  # a loop: mypyc calls `sum` by name, a generic call every step
+    for num_tokens in plan.num_scheduled.values():
+        total += num_tokens
     if total > max_num_scheduled_tokens or plan.token_budget < 0:
         raise IntegrityError(f"scheduler: {total} tokens scheduled, budget "
                              f"{max_num_scheduled_tokens} (left {plan.token_budget})")
@@ -51,7 +53,7 @@ def make_cached_request_data(running: list[Request], resumed: list[Request],
         if position >= num_running:
             data.resumed_req_ids.add(req_id)
         if req_id not in prev_step_scheduled_req_ids:
-            data.all_token_ids[req_id] = list(request.all_token_ids)
+            data.all_token_ids[req_id] = request.copy_token_ids()
         data.new_block_ids.append(new_blocks_of[req_id].get_block_ids_or_none())
         data.num_computed_tokens.append(request.num_computed_tokens)
         data.num_output_tokens.append(request.num_output_tokens

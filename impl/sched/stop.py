@@ -14,7 +14,9 @@ from impl.sched.request import Request, RequestStatus
 def check_stop(request: Request, max_model_len: int) -> bool:
     output_token_ids = request.output_token_ids
     last = output_token_ids[-1]
-    if not request.ignore_eos and last == request.eos_token_id:
+    eos_token_id = request.eos_token_id
+    # Narrowed to an int first: compiled, `int == int | None` is a generic comparison.
+    if not request.ignore_eos and eos_token_id is not None and last == eos_token_id:
         request.status = RequestStatus.FINISHED_STOPPED
         return True
     if last in request.stop_token_ids:

@@ -73,6 +73,27 @@ def test_groups_are_cached_independently() -> None:
     assert pool.get_cached_block(b"x", [0, 1]) == [a, b]
 
 
+def test_a_group_caching_first_leaves_lower_groups_empty() -> None:
+    """Group 2 caches before groups 0 and 1 have anything: they miss, its entry is found,
+    counted and listed, and evicting its block drops it from group 2 only."""
+    pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=False)
+    (block,) = pool.get_new_blocks(1)
+    pool.cache_full_blocks([block], [b"x"], 0, 1, 2, block_size=4)
+    assert pool.get_cached_block(b"x", [0]) is None
+    assert pool.get_cached_block(b"x", [1]) is None
+    assert pool.get_cached_block(b"x", [3]) is None  # a group past every map
+    assert pool.get_cached_block(b"x", [2]) == [block]
+    assert pool.get_num_cached_blocks() == 1 and pool.cached_hashes() == {(2, b"x")}
+    pool.check_integrity({block.block_id: 1})
+    pool.free_blocks([block])
+    pool.evict_blocks([block.block_id])
+    assert block.block_hash is None and pool.get_num_cached_blocks() == 0
+    assert pool.get_cached_block(b"x", [2]) is None
+    pool.check_integrity({})
+    with pytest.raises(ValueError, match="group_id must be >= 0"):
+        pool.hash_map(-1)
+
+
 def test_reset_prefix_cache_only_when_nothing_is_in_use() -> None:
     pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=True)
     blocks = pool.get_new_blocks(1)

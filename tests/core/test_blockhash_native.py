@@ -146,6 +146,39 @@ def test_the_hasher_on_the_c_path_hashes_like_the_serialiser(
         assert hasher(request) == expected[len(request.block_hashes):]
 
 
+@pytest.mark.parametrize("algo", ["sha256", "xxhash_cbor"])
+@settings(max_examples=40, deadline=None)
+@given(prompt=st.lists(token, min_size=1, max_size=80), outputs=st.lists(token, max_size=60),
+       block_size=st.sampled_from([1, 3, 4, 16]), build_list_at=st.integers(-1, 60),
+       batched=st.booleans())
+def test_decoded_blocks_hash_from_prompt_and_outputs_without_a_token_list(
+        native: ModuleType, algo: str, prompt: list[int], outputs: list[int], block_size: int,
+        build_list_at: int, batched: bool) -> None:
+    """Output tokens arriving one by one (or in one batch) give the chain over prompt + outputs,
+    whether or not the request's `all_token_ids` list has been built (at `build_list_at`
+    outputs; -1: never), and the C path never needs that list."""
+    none_hash = make_none_hash(algo, "0")
+    fn = get_hash_fn_by_name(algo)
+    tokens = prompt + outputs
+    expected, parent = [], none_hash
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = fn((parent, tuple(tokens[start : start + block_size]), None))
+        expected.append(parent)
+    hasher = RequestBlockHasher(block_size, algo, none_hash)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hasher, "_native", native.hash_blocks)
+        request = Request("r", prompt, block_hasher=hasher)
+        if batched:
+            request.append_output_token_ids(outputs)
+        for count, value in enumerate([] if batched else outputs):
+            if count == build_list_at:
+                assert request.all_token_ids == tokens[:len(prompt) + count]
+            request.append_output_token(value)
+    note(f"hashes {len(request.block_hashes)} of {len(expected)}")
+    assert request.block_hashes == expected
+    assert request.copy_token_ids() == tokens and request.all_token_ids == tokens
+
+
 def test_the_compiled_build_hashes_on_the_c_path() -> None:
     build = active_build()
     if build is None:

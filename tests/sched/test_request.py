@@ -34,3 +34,24 @@ def test_output_tokens_extend_the_hashes_block_by_block() -> None:
     for token in range(6, 14):
         unhashed.append_output_token(token)
     assert unhashed.block_hashes == [] and unhashed.output_token_ids == list(range(6, 14))
+
+
+def test_token_views_agree_before_and_after_the_list_is_built() -> None:
+    """`tokens_from` and `copy_token_ids` read prompt and outputs without building the list;
+    once `all_token_ids` is read it is kept in step with every later output."""
+    request = Request("r", range(5))
+    assert request.tokens_from(0) is request.prompt_token_ids  # a new prompt: no copy
+    assert request.tokens_from(3) == (3, 4)
+    request.append_output_token(5)
+    request.append_output_token_ids([6, 7])
+    assert list(request.tokens_from(0)) == list(range(8))
+    assert list(request.tokens_from(4)) == [4, 5, 6, 7]
+    assert list(request.tokens_from(6)) == [6, 7] and list(request.tokens_from(8)) == []
+    copied = request.copy_token_ids()
+    assert copied == list(range(8)) and request.copy_token_ids() is not copied
+    built = request.all_token_ids
+    assert built == list(range(8)) and request.all_token_ids is built
+    request.append_output_token(8)
+    request.append_output_token_ids(9)
+    assert built == list(range(10)) and request.tokens_from(7) == [7, 8, 9]
+    assert request.copy_token_ids() == built and request.copy_token_ids() is not built
