@@ -25,8 +25,11 @@ KILLED, SURVIVED, NO_TESTS, TIMEOUT, NOT_RUN, SUSPICIOUS = (
     "killed", "survived", "no tests", "timeout", "not run", "suspicious")
 STATUSES = (KILLED, TIMEOUT, SURVIVED, NO_TESTS, SUSPICIOUS, NOT_RUN)
 # mutmut's exit codes (mutmut/stats.py); 2 is a run it stopped (--max-minutes), so not run.
+# 3 is pytest's internal error, which mutmut counts as killed: the run broke before or beside
+# the tests (a plugin hook raising, say), so no test detected the mutant. Suspicious, not a
+# kill: it lowers the score and `--rerun-survivors` tests it again.
 _STATUS_BY_EXIT: dict[int | None, str] = {
-    None: NOT_RUN, 2: NOT_RUN, 1: KILLED, 3: KILLED, 37: KILLED, 0: SURVIVED, 5: NO_TESTS,
+    None: NOT_RUN, 2: NOT_RUN, 1: KILLED, 3: SUSPICIOUS, 37: KILLED, 0: SURVIVED, 5: NO_TESTS,
     33: NO_TESTS, 34: NOT_RUN, 36: TIMEOUT, 24: TIMEOUT, -24: TIMEOUT, 152: TIMEOUT,
     255: TIMEOUT,
 }
