@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from conformance.mutation.plugin import lowered
-from conformance.mutation.results import KILLED, SUSPICIOUS, SURVIVED, status_of
+from conformance.mutation.results import KILLED, SURVIVED, SUSPICIOUS, status_of
 
 INF = resource.RLIM_INFINITY
 
