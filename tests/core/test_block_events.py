@@ -111,3 +111,24 @@ def test_a_full_block_can_carry_several_prompt_tail_entries() -> None:
                                   BlockStored((H[5],), None, tuple(range(4)), 4, None, 0)]
     assert block.extra_hashes == [H[4], H[5]]
     pool.check_integrity()
+
+
+def test_a_prompt_tail_at_the_first_token_with_one_token_hash_blocks() -> None:
+    """Hash blocks of 1 token, blocks of 4, a 2-token prompt: a resend can hit 1 token, so
+    block 0 is findable under the first token's hash (the smallest boundary there is)."""
+    from impl.core.specs import FullAttentionSpec, SlidingWindowSpec
+    from tests.core.helpers import admit, make_manager, make_request
+
+    manager = make_manager(20, FullAttentionSpec(block_size=4),
+                           SlidingWindowSpec(block_size=4, sliding_window=8),
+                           hash_block_size=1, events=True)
+    request = make_request("a", (100, 101), block_size=1)
+    admit(manager, request)
+    request.num_computed_tokens = 2
+    while request.num_tokens < 4:
+        request.append_output_token(5)
+    manager.cache_blocks(request, request.num_tokens)
+    h = request.block_hashes
+    assert manager.take_events() == [BlockStored((h[3],), None, (100, 101, 5, 5), 4, None, 0),
+                                     BlockStored((h[0],), None, (100,), 1, None, 0),
+                                     BlockStored((h[3],), None, (100, 101, 5, 5), 4, None, 1)]

@@ -176,6 +176,13 @@ def test_decoded_blocks_hash_from_prompt_and_outputs_without_a_token_list(
             request.append_output_token(value)
     note(f"hashes {len(request.block_hashes)} of {len(expected)}")
     assert request.block_hashes == expected
+    never_read = batched or build_list_at < 0 or build_list_at >= len(outputs)
+    if never_read and block_size >= 4 and all(0 <= t < 2**31 for t in tokens):
+        # The C path takes every token id of a real vocabulary in blocks of 4 and more (a
+        # pickled tuple of 1-3 items has its own opcodes, which it leaves to the serialiser),
+        # so hashing never built the request's token list (the scheduling path must not: see
+        # `Request.all_token_ids`).
+        assert request._token_ids is None
     assert request.copy_token_ids() == tokens and request.all_token_ids == tokens
 
 

@@ -404,3 +404,45 @@ def test_two_adapters_scheduled_under_max_loras_1_stop_the_step_as_upstream_does
         f"['adapter-a', 'adapter-b'], more than max_loras=1 ({behaviour.release} admission)")
     for limit in (0, 2):  # no LoRA config, or room for both
         make_scheduler(max_loras=limit, behaviour=behaviour)._check_running_loras(plan)
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_async_placeholders_count_down_to_zero_as_outputs_arrive(behaviour: Behaviour) -> None:
+    """Async, no drafts, two steps in flight at a time: each step scheduled adds a placeholder,
+    each output applied resolves one, and once every output is in there are none left."""
+    scheduler = make_scheduler(asynchronous=True, behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 110), max_tokens=5, ignore_eos=True))
+    a = scheduler.requests["a"]
+    in_flight = [scheduler.schedule(), scheduler.schedule()]
+    counts = [a.num_output_placeholders]
+    for token in (7, 8):
+        scheduler.update_from_output(in_flight.pop(0), ModelRunnerOutput(["a"], {"a": 0},
+                                                                         [[token]]))
+        counts.append(a.num_output_placeholders)
+    in_flight.append(scheduler.schedule())
+    counts.append(a.num_output_placeholders)
+    scheduler.update_from_output(in_flight.pop(0), ModelRunnerOutput(["a"], {"a": 0}, [[9]]))
+    counts.append(a.num_output_placeholders)
+    assert counts == [2, 1, 0, 1, 0]
+    assert a.output_token_ids == [7, 8, 9] and a.num_computed_tokens == 12
+
+
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_an_output_of_a_request_preempted_in_flight_leaves_no_placeholders(
+        behaviour: Behaviour) -> None:
+    """Async: b is preempted while its first step is in flight. Preemption keeps that step's
+    placeholder (its token is still coming), the output resolves it, and b finishes on it
+    (max_tokens 1) with none left."""
+    scheduler = make_scheduler(num_blocks=5, max_num_batched_tokens=64, asynchronous=True,
+                               behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 132), max_tokens=3))
+    scheduler.add_request(make_request("b", range(200, 232), max_tokens=1))
+    first = scheduler.schedule()
+    second = scheduler.schedule()
+    assert second.preempted_req_ids == {"b"}
+    b = scheduler.requests["b"]
+    assert b.num_output_placeholders == 1
+    outputs = scheduler.update_from_output(
+        first, ModelRunnerOutput(["a", "b"], {"a": 0, "b": 1}, [[7], [8]]))
+    assert [(o.request_id, o.finish_reason) for o in outputs] == [("a", None), ("b", "length")]
+    assert b.num_output_placeholders == 0 and scheduler.requests["a"].num_output_placeholders == 1

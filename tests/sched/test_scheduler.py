@@ -13,6 +13,8 @@ def test_running_first_then_waiting_within_one_token_budget() -> None:
     assert scheduled(out) == {"a": 40, "b": 8}
     out, _ = step(scheduler)
     assert scheduled(out) == {"a": 1, "b": 32}
+    # Cascade attention is gone upstream: the field is always an empty list, never None.
+    assert out.num_common_prefix_blocks == []
 
 
 def test_long_prefill_threshold_only_caps_when_requests_compete() -> None:
