@@ -89,6 +89,7 @@ def test_a_group_caching_first_leaves_lower_groups_empty() -> None:
     pool.evict_blocks([block.block_id])
     assert block.block_hash is None and pool.get_num_cached_blocks() == 0
     assert pool.get_cached_block(b"x", [2]) is None
+    assert pool.take_events() == []  # events are off: eviction queues none
     pool.check_integrity({})
     with pytest.raises(ValueError, match="group_id must be >= 0"):
         pool.hash_map(-1)
