@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from impl.core.hashing import make_none_hash
+from impl.core.hashing import get_hash_fn_by_name, make_none_hash
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.request_hasher import RequestBlockHasher
 from impl.core.specs import (
@@ -48,3 +48,15 @@ def admit(manager: KVCacheManager, request: Request, num_new: int | None = None,
 
 
 __all__ = ["SlidingWindowSpec", "admit", "make_manager", "make_request"]
+
+
+def reference_chain(algo: str, none_hash: bytes, tokens: list[int],
+                    block_size: int) -> list[bytes]:
+    """The chained hashes of every full block of `tokens`, one serialiser call each: what
+    every faster hashing path must reproduce."""
+    fn = get_hash_fn_by_name(algo)
+    expected, parent = [], none_hash
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = fn((parent, tuple(tokens[start : start + block_size]), None))
+        expected.append(parent)
+    return expected

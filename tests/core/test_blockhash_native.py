@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 import impl.core.request_hasher as request_hasher
 from impl.compiled import NATIVE_MODULES, active_build
 from impl.compiled.build import c_compiler, compile_native
-from impl.core.hashing import get_hash_fn_by_name, make_none_hash, sha256_digest
+from impl.core.hashing import make_none_hash, sha256_digest
 from impl.core.request_hasher import RequestBlockHasher
 from impl.sched.request import Request
+from tests.core.helpers import reference_chain
 
 NAME = "impl.core._blockhash"
 EDGES = [0, 23, 24, 255, 256, 32767, 32768, 65535, 65536, 2**30 - 1, 2**30, 2**31 - 1, 2**31,
@@ -133,11 +134,7 @@ def test_the_hasher_on_the_c_path_hashes_like_the_serialiser(
     """Through `RequestBlockHasher`, from a request with `known` blocks hashed already; where
     the C path stops, the direct path goes on (values identical either way)."""
     none_hash = make_none_hash(algo, "0")
-    fn = get_hash_fn_by_name(algo)
-    expected, parent = [], none_hash
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = fn((parent, tuple(tokens[start : start + block_size]), None))
-        expected.append(parent)
+    expected = reference_chain(algo, none_hash, tokens, block_size)
     hasher = RequestBlockHasher(block_size, algo, none_hash)
     request = Request("r", tokens)
     request.block_hashes.extend(expected[:known])
@@ -158,12 +155,8 @@ def test_decoded_blocks_hash_from_prompt_and_outputs_without_a_token_list(
     whether or not the request's `all_token_ids` list has been built (at `build_list_at`
     outputs; -1: never), and the C path never needs that list."""
     none_hash = make_none_hash(algo, "0")
-    fn = get_hash_fn_by_name(algo)
     tokens = prompt + outputs
-    expected, parent = [], none_hash
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = fn((parent, tuple(tokens[start : start + block_size]), None))
-        expected.append(parent)
+    expected = reference_chain(algo, none_hash, tokens, block_size)
     hasher = RequestBlockHasher(block_size, algo, none_hash)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(hasher, "_native", native.hash_blocks)

@@ -14,10 +14,11 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 import impl.core.request_hasher as request_hasher
-from impl.core.hashing import get_hash_fn_by_name, make_none_hash
+from impl.core.hashing import make_none_hash
 from impl.core.request_hasher import RequestBlockHasher
 from impl.core.token_runs import MAX_PICKLE_FRAME, cbor_block, pickle_block
 from impl.sched.request import Request
+from tests.core.helpers import reference_chain
 
 # Every width boundary of both encodings, plus what they refuse.
 EDGES = [0, 23, 24, 255, 256, 32767, 32768, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1,
@@ -69,11 +70,7 @@ def test_a_pickle_past_one_frame_goes_to_the_serialiser() -> None:
 def test_the_direct_path_hashes_like_the_serialiser(algo: str, tokens: list[int],
                                                     block_size: int) -> None:
     none_hash = make_none_hash(algo, "0")
-    fn = get_hash_fn_by_name(algo)
-    expected, parent = [], none_hash
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = fn((parent, tuple(tokens[start : start + block_size]), None))
-        expected.append(parent)
+    expected = reference_chain(algo, none_hash, tokens, block_size)
     hasher = RequestBlockHasher(block_size, algo, none_hash)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(request_hasher, "DIRECT", True)  # pure: take the compiled build's path
