@@ -37,7 +37,9 @@ class PoolOp:
     blocks per call (the granularity the scheduler uses).
 
     get_new_blocks: allocate from a pool of empty free blocks. free_blocks: release allocated,
-    hashed blocks, tail first, as a finished request does. touch: take references on cached
+    hashed blocks, tail first, as each system's scheduler frees a finished request (upstream
+    passes `reversed(table)`; the twin reverses the table it owns in place and passes the
+    list, the reversal timed with the free). touch: take references on cached
     free blocks (prefix hits pull them out of the middle of the free queue). evict: allocate
     from a pool whose free blocks are all cached, so every allocation drops a cache entry.
     """
@@ -79,8 +81,13 @@ class PoolOp:
                 get(POOL_BATCH)
         elif self.op == "free_blocks":
             free = pool.free_blocks
-            for batch in self.batches:
-                free(reversed(batch))
+            if self.system == "impl":
+                for batch in self.batches:
+                    batch.reverse()
+                    free(batch)
+            else:
+                for batch in self.batches:
+                    free(reversed(batch))
         else:
             touch = pool.touch
             for batch in self.batches:

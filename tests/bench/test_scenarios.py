@@ -12,6 +12,7 @@ from conformance.bench.systems import HASH_ALGOS
 @pytest.mark.parametrize("op", scenarios.POOL_OPS)
 def test_pool_ops_cover_every_usable_block(op: str) -> None:
     state = scenarios.PoolOp("impl", 16 * 4 + 1, op)
+    tail_first = [b.block_id for batch in state.batches for b in reversed(batch)]
     state.run()
     pool = state.pool
     pool.check_integrity()
@@ -22,6 +23,8 @@ def test_pool_ops_cover_every_usable_block(op: str) -> None:
         assert pool.get_num_cached_blocks() == 0
     if op == "touch":
         assert all(b.ref_cnt == 1 for b in pool.blocks[1:])
+    if op == "free_blocks":  # each request's blocks queued tail first, as upstream frees them
+        assert pool.free_block_queue.block_ids() == tail_first
 
 
 def test_unknown_pool_op_is_refused() -> None:
