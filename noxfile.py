@@ -108,7 +108,7 @@ def compiled_suite(session: nox.Session) -> None:
     session.run("pytest", "-n", "2", "conformance/tests/test_sched_suite.py",
                 "conformance/tests/test_offload_suite.py",
                 "conformance/tests/test_hash_differential.py", "tests/core/test_token_runs.py",
-                "tests/core/test_blockhash_native.py",
+                "tests/core/test_blockhash_native.py", "tests/core/test_prefetch_native.py",
                 "tests/core/test_free_queue.py",
                 "tests/core/test_block_pool.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})

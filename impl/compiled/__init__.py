@@ -44,9 +44,12 @@ class NativeModule:
 
 NATIVE_MODULES: dict[str, NativeModule] = {
     "impl.core._blockhash": NativeModule("impl/core/native/blockhash.c", ("crypto",)),
+    "impl.core._prefetch": NativeModule("impl/core/native/prefetch.c", ()),
 }
 """Module name -> C source. `impl.core._blockhash` serialises and digests a request's blocks
-(`impl.core.request_hasher` uses it when it imports; OpenSSL's libcrypto does the SHA-256)."""
+(`impl.core.request_hasher` uses it when it imports; OpenSSL's libcrypto does the SHA-256).
+`impl.core._prefetch` asks the CPU for a batch of blocks before the pool's touch and free
+loops reach them (`impl.core.block_pool.PREFETCH`; a hint, no state)."""
 
 
 def build_dir(root: Path | None = None) -> Path:

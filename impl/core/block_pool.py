@@ -9,7 +9,8 @@ content is evictable, so for allocation it is free.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 from impl.core.block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
@@ -17,6 +18,26 @@ from impl.core.hash_map import BlockHashToBlockMap
 from vtwin.errors import IntegrityError, require
 
 NULL_BLOCK_REF_CNT = 1 << 62
+
+
+def _native_prefetch() -> Callable[[list[KVCacheBlock], int, int], None] | None:
+    """The compiled build's C `prefetch`, or None (the pure twin, or a build without it)."""
+    try:
+        from impl.core._prefetch import prefetch
+    except ImportError:
+        return None
+    return prefetch
+
+
+PREFETCH: Final = _native_prefetch()
+"""Asks the CPU for the blocks a loop is about to touch (touch, free): once the pool outgrows
+the caches each block is a miss, and a compiled loop body is long enough that the CPU overlaps
+only a couple of them. A hint only, no state changes (reports/benchmarks.md, "The misses");
+lines naming it are left out of mutation testing (pyproject.toml), as no test could tell."""
+PREFETCH_AHEAD: Final = 16
+"""Blocks per prefetched stretch: a 256-token request's worth, 24-32 cache lines in flight.
+At block 0 a loop asks for the first two stretches, at every later multiple for the stretch
+after the next, so a long free or touch keeps a bounded number of lines in flight."""
 
 
 class BlockPool:
@@ -217,7 +238,11 @@ class BlockPool:
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
         queue = self.free_block_queue
-        for block in _as_list(blocks):
+        batch = _as_list(blocks)
+        for index in range(len(batch)):
+            if PREFETCH is not None and index % PREFETCH_AHEAD == 0:  # this stretch and the next
+                PREFETCH(batch, index + PREFETCH_AHEAD if index else 0, index + 2 * PREFETCH_AHEAD)
+            block = batch[index]
             if block.ref_cnt == 0:
                 queue.remove(block)
             block.ref_cnt += 1
@@ -231,7 +256,11 @@ class BlockPool:
         """
         hashed: list[KVCacheBlock] = []
         unhashed: list[KVCacheBlock] = []
-        for block in _as_list(ordered_blocks):
+        batch = _as_list(ordered_blocks)
+        for index in range(len(batch)):
+            if PREFETCH is not None and index % PREFETCH_AHEAD == 0:  # this stretch and the next
+                PREFETCH(batch, index + PREFETCH_AHEAD if index else 0, index + 2 * PREFETCH_AHEAD)
+            block = batch[index]
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
             if ref_cnt == 0:
