@@ -68,10 +68,11 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_blocks = min(max_length // block_size, len(block_hashes))
         if num_groups == 1:
             hash_map = block_pool.hash_map(kv_cache_group_ids[0])
-            get = hash_map.get_one_block
             out = hits[0]
             for index in range(max_blocks):
-                block = get(block_hashes[index])
+                # Called on the map, not through a bound method held in a local: compiled, that
+                # is a native call per block instead of Python's calling convention.
+                block = hash_map.get_one_block(block_hashes[index])
                 if block is None:
                     break
                 out.append(block)
