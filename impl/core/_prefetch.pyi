@@ -1,4 +1,4 @@
 # The compiled build's C extension (impl/core/native/prefetch.c); absent in the pure twin.
-from typing import Any
+from collections.abc import Sequence
 
-def prefetch(objects: list[Any], start: int, stop: int, /) -> None: ...
+def prefetch(objects: Sequence[object], start: int, stop: int, /) -> None: ...  # a list

@@ -20,7 +20,7 @@ from vtwin.errors import IntegrityError, require
 NULL_BLOCK_REF_CNT = 1 << 62
 
 
-def _native_prefetch() -> Callable[[list[KVCacheBlock], int, int], None] | None:
+def _native_prefetch() -> Callable[[Sequence[object], int, int], None] | None:
     """The compiled build's C `prefetch`, or None (the pure twin, or a build without it)."""
     try:
         from impl.core._prefetch import prefetch
