@@ -75,3 +75,37 @@ def test_the_direct_path_hashes_like_the_serialiser(algo: str, tokens: list[int]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(request_hasher, "DIRECT", True)  # pure: take the compiled build's path
         assert hasher(Request("r", tokens)) == expected
+
+
+def test_encoders_write_their_smallest_token_and_longest_parent_themselves() -> None:
+    """Token 0 and a 255-byte parent are inside what they model: declining them would only
+    cost speed (the serialiser takes over), so only this test can tell."""
+    parent = bytes(32)
+    zeros = (parent, (0, 0, 0, 0), None)
+    assert pickle_block(parent, [0, 0, 0, 0], 0, 4) == pickle.dumps(zeros, protocol=5)
+    assert cbor_block(parent, [0, 0, 0, 0], 0, 4) == cbor2.dumps(zeros, canonical=True)
+    longest = bytes(range(255))
+    value = (longest, (1, 2, 3, 4), None)
+    assert pickle_block(longest, [1, 2, 3, 4], 0, 4) == pickle.dumps(value, protocol=5)
+
+
+def test_a_pickle_of_exactly_the_frame_bound_is_written_directly() -> None:
+    parent = bytes(32)
+    # frame = parent + 10 framing bytes + 2 bytes a token below 256: exactly the bound here
+    count = (MAX_PICKLE_FRAME - len(parent) - 10) // 2
+    assert len(parent) + 10 + 2 * count == MAX_PICKLE_FRAME
+    tokens = [7] * count
+    expected = pickle.dumps((parent, tuple(tokens), None), protocol=5)
+    assert pickle_block(parent, tokens, 0, count) == expected
+
+
+@pytest.mark.parametrize("length", [65_535, 65_536, 0x0102_0305])
+def test_cbor_length_heads_of_two_and_four_bytes(length: int) -> None:
+    """A parent of 64 KiB and more takes a 4-byte length head (every byte of 0x01020305
+    differs, so each shift and mask shows); arrays at the 2-byte bound too."""
+    parent = bytes(length)
+    assert cbor_block(parent, [5], 0, 1) == cbor2.dumps((parent, (5,), None), canonical=True)
+    if length <= 65_536:
+        tokens = [5] * length
+        assert cbor_block(b"", tokens, 0, length) == cbor2.dumps((b"", tuple(tokens), None),
+                                                                 canonical=True)
