@@ -149,3 +149,21 @@ def test_window_blocks_needed_and_the_sparse_retention_mask() -> None:
     window.cache_hit_alignment = 12
     # block i is kept iff a boundary at a multiple of 3 blocks lies in (i, i + 2]
     assert window.reachable_block_mask(2, 6, 40) == [True, False, True, True]
+
+
+def test_sparse_retention_keeps_only_the_tail_before_the_replay_boundary() -> None:
+    """Retention interval 0 (the engine's default): a request resending its prompt hits at
+    most num_prompt_tokens - 1 tokens, aligned down; only the `needed` blocks before that
+    boundary are worth caching. Hit alignment 12 over 4-token blocks: 47 tokens replay to 36
+    (block 9), so the window's two blocks before it are 7 and 8."""
+    from tests.core.helpers import make_manager
+
+    manager = make_manager(10, SlidingWindowSpec(block_size=4, sliding_window=6))
+    window = manager.coordinator.managers[0]
+    assert isinstance(window, SlidingWindowManager)
+    window.retention_interval = 0
+    window.cache_hit_alignment = 12
+    assert window.reachable_block_mask(5, 11, 47) == [False, False, True, True, False, False]
+    # aligned to the block alone, 47 tokens replay to 44 (block 11): blocks 9 and 10
+    window.cache_hit_alignment = 4
+    assert window.reachable_block_mask(8, 13, 47) == [False, True, True, False, False]
