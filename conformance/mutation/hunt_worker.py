@@ -14,13 +14,27 @@ from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, find, settings
+from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from conformance.sched.lockstep import run_lockstep
 from conformance.sched.strategies import workloads
+from conformance.sched.strategies_offload import offload_workloads
 from conformance.sched.suite import write_regression
 from conformance.sched.system import resolve_system
 from workloads.model import Workload
+
+CONNECTOR_MODULES = ("impl.connector.", "impl.sched.connector_paths.")
+"""Modules only a workload with a KV connector reaches: their mutants are hunted over the
+offload family (CPU pools, transfer latencies, planned load failures), which the wide space
+alone never draws."""
+
+
+def strategy_for(mutant: str) -> st.SearchStrategy[Workload]:
+    """The generated space that reaches the mutated code."""
+    if mutant.startswith(CONNECTOR_MODULES):
+        return offload_workloads()
+    return workloads()
 
 
 def divergence_of(workload: Workload) -> str | None:
@@ -50,7 +64,8 @@ def main(argv: list[str]) -> int:
     options = settings(max_examples=examples, database=None, deadline=None,
                        suppress_health_check=list(HealthCheck))
     try:
-        found = find(workloads(), lambda w: divergence_of(w) is not None, settings=options)
+        found = find(strategy_for(mutant), lambda w: divergence_of(w) is not None,
+                     settings=options)
     except NoSuchExample:
         print(json.dumps({"outcome": "not found", "detail": f"{examples} workloads exact"}))
         return 0
