@@ -22,8 +22,8 @@ def align_manager(num_blocks: int = 40) -> KVCacheManager:
                         MambaSpec(block_size=4, mamba_cache_mode="align"))
 
 
-def mamba(manager: KVCacheManager) -> MambaAlignManager:
-    group = manager.coordinator.managers[1]
+def mamba(manager: KVCacheManager, index: int = 1) -> MambaAlignManager:
+    group = manager.coordinator.managers[index]
     assert isinstance(group, MambaAlignManager)
     return group
 
@@ -104,16 +104,18 @@ def test_lookahead_slots_go_to_full_attention_only() -> None:
     assert admit(manager, a, 8, lookahead=4) == [[1, 2, 3], [0, 4]]
 
 
-def test_the_0_32_remark_of_the_prompt_boundary_state() -> None:
-    """a (10 tokens) computes 8, then its last 2: the second cache call lands on the prompt
-    boundary 8 again. With the 0.32 re-mark, a hit on that state is refused in that step."""
+@pytest.mark.parametrize("prompt_len", [9, 10, 11])
+def test_the_0_32_remark_of_the_prompt_boundary_state(prompt_len: int) -> None:
+    """a (9 to 11 tokens: the last block boundary before its final token is 8 for each)
+    computes 8, then the rest: the second cache call lands on that boundary again. With the
+    0.32 re-mark, a hit on that state is refused in that step."""
     for remarks in (True, False):
         manager = align_manager()
         mamba(manager).remarks_prompt_boundary = remarks
-        a = make_request("a", range(10))
+        a = make_request("a", range(prompt_len))
         assert admit(manager, a, 8) == [[1, 2], [0, 3]]
-        run_chunk(manager, a, 2)
-        b = make_request("b", range(10))
+        run_chunk(manager, a, prompt_len - 8)
+        b = make_request("b", range(prompt_len))
         hits, num_hit = manager.get_computed_blocks(b)
         assert num_hit == 8
         blocks = manager.allocate_slots(b, 2, num_hit, hits)
@@ -126,4 +128,59 @@ def test_integrity_names_a_retired_block_that_is_not_null() -> None:
     admit(manager, a, 8)
     mamba(manager).num_retired_blocks["a"] = 2
     with pytest.raises(IntegrityError, match=r"group 1: a retired 2 blocks that are not all"):
+        manager.check_integrity()
+
+
+def test_a_manager_built_alone_follows_the_default_release() -> None:
+    """Outside a scheduler (which sets it from its `Behaviour`) the manager re-marks, as the
+    default release, 0.32, does."""
+    assert mamba(align_manager()).remarks_prompt_boundary is True
+
+
+def test_a_hit_on_a_state_still_in_use_is_not_counted_as_an_allocation() -> None:
+    """a holds its state at 8 (block 3: the next chunk starts from it); b hits it in a later
+    step. Only a free cached hit costs an allocation, so b needs just its one new state."""
+    manager = align_manager()
+    a = make_request("a", range(13))
+    assert admit(manager, a, 8) == [[1, 2], [0, 3]]
+    manager.new_step_starts()
+    b = make_request("b", [*range(8), 50, 51, 52])
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8 and hits.get_block_ids() == ([1, 2], [0, 3])
+    assert manager.block_pool.blocks[3].ref_cnt == 1
+    assert mamba(manager).get_num_blocks_to_allocate("b", 11, hits.blocks[1], 8, False) == 1
+
+
+def test_a_state_cached_this_step_is_refused_even_with_the_whole_pool_free() -> None:
+    """The refusal asks for more blocks than the pool has: a's state at 8 is keyed this step
+    and a is freed again (as a preemption would), every block is free, and a hit on that
+    state still cannot be allocated in this step."""
+    manager = make_manager(12, MambaSpec(block_size=4, mamba_cache_mode="align"))
+    group = mamba(manager, index=0)
+    a = make_request("a", range(13))
+    assert admit(manager, a, 8) == [[0, 1]]
+    manager.free(a)
+    pool = manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
+    b = make_request("b", range(13))
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8
+    assert group.get_num_blocks_to_allocate("b", 13, hits.blocks[0], 8, False) \
+        > pool.get_num_free_blocks()
+    assert manager.allocate_slots(b, 5, num_hit, hits) is None
+
+
+def test_integrity_names_a_cached_count_past_the_table() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    admit(manager, a, 8)
+    mamba(manager).num_cached_block["a"] = 9
+    with pytest.raises(IntegrityError, match=r"group 1: a has 9 cached of 2 blocks"):
+        manager.check_integrity()
+
+
+def test_integrity_names_retired_blocks_of_a_request_without_a_table() -> None:
+    manager = align_manager()
+    mamba(manager).num_retired_blocks["ghost"] = 1
+    with pytest.raises(IntegrityError, match=r"group 1: ghost retired 1 blocks"):
         manager.check_integrity()
