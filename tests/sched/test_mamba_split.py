@@ -64,6 +64,22 @@ def test_a_resumed_request_replays_its_outputs_as_prefill() -> None:
     assert SPLIT.clip(request(20, computed=32, outputs=35), 40) == 16  # last state 48
 
 
+def test_a_resumed_request_s_last_replayed_token_is_still_prefill() -> None:
+    """Prompt 10 + 3 outputs: prefill runs to 12 (every token but the last), so a chunk from
+    11 is still clipped (to the boundary 12) rather than left alone as a decode."""
+    split = MambaAlignedSplit(block_size=4, max_chunk_tokens=64)
+    assert split.clip(request(10, computed=11, outputs=3), 2) == 1
+    assert split.clip(request(10, computed=12, outputs=3), 1) == 1
+
+
+def test_a_block_as_wide_as_the_cap_waits_for_a_whole_block() -> None:
+    """Cap 16 = block 16: a 10-token chunk left in the budget cannot end on a boundary, but a
+    whole block fits the cap, so the request waits (0) instead of taking a sub-block chunk."""
+    exact = MambaAlignedSplit(block_size=16, max_chunk_tokens=16)
+    assert exact.clip(request(40), 10) == 0
+    assert exact.clip(request(40), 16) == 16
+
+
 def align_config(groups_mode: str = "align") -> KVCacheConfig:
     return KVCacheConfig(64, (
         KVCacheGroupSpec(("attn",), FullAttentionSpec(block_size=16)),
