@@ -8,9 +8,12 @@ released (cached, free) as soon as the prompt is computed.
 
 from __future__ import annotations
 
+import pytest
+
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import FullAttentionSpec, MambaSpec
 from tests.core.helpers import admit, make_manager, make_request
+from vtwin.errors import IntegrityError
 
 PROMPT = list(range(9))
 
@@ -60,3 +63,42 @@ def test_a_hit_on_a_hash_cached_this_step_is_refused_even_through_an_older_block
     assert manager.allocate_slots(c, 1, num_hit, hits) is not None
     assert manager.get_block_ids("c") == ([1, 2, 13], [0, 5, 14])
     manager.check_integrity()
+
+
+def test_a_running_request_counts_the_blocks_it_holds() -> None:
+    """a holds blocks 4, 5, 6 for its 9 tokens; one more token needs no new mamba block."""
+    manager = full_and_mamba()
+    a = make_request("a", PROMPT)
+    assert admit(manager, a) == [[1, 2, 3], [4, 5, 6]]
+    manager.new_step_starts()
+    mamba = manager.coordinator.managers[1]
+    assert mamba.get_num_blocks_to_allocate("a", 10, [], 9, False) == 0
+    assert mamba.get_num_blocks_to_allocate("a", 13, [], 9, False) == 1
+
+
+def test_a_state_cached_this_step_is_refused_even_with_the_whole_pool_free() -> None:
+    """The refusal asks for more blocks than the pool has: a's states are keyed this step and
+    a is freed again (as a preemption would), so every block is free, and a hit on them still
+    cannot be allocated in this step."""
+    manager = make_manager(12, MambaSpec(block_size=4))
+    a = make_request("a", PROMPT)
+    assert admit(manager, a) == [[1, 2, 3]]
+    manager.free(a)
+    pool = manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
+    b = make_request("b", PROMPT)
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8
+    mamba = manager.coordinator.managers[0]
+    assert mamba.get_num_blocks_to_allocate("b", 9, hits.blocks[0], 8, False) \
+        > pool.get_num_free_blocks()
+    assert manager.allocate_slots(b, 1, num_hit, hits) is None
+
+
+def test_integrity_names_a_cached_count_past_the_table() -> None:
+    manager = full_and_mamba()
+    a = make_request("a", PROMPT)
+    admit(manager, a)
+    manager.coordinator.managers[1].num_cached_block["a"] = 9
+    with pytest.raises(IntegrityError, match=r"group 1: a has 9 cached of 3 blocks"):
+        manager.check_integrity()
