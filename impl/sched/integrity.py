@@ -18,7 +18,8 @@ they hold under `python -O` too.
 
 With a connector, GPU blocks may also be held by its transfers and by frees deferred past a
 step in flight: the pool's reference counts are checked against all of those holders, and the
-CPU tier's pool against the connector's own pins.
+CPU tier's pool against the connector's own pins. The loads reported finished or failed and
+not yet taken up name only requests still waiting for their load (an abort drops its id).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
                                  f"{request.num_computed_tokens} computed) is in waiting")
         if not holds and any(manager.get_block_ids(request.request_id)):
             raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
+    _check_reported_loads(scheduler, places)
     extra: dict[int, int] = {}
     connector = getattr(scheduler, "connector", None)
     if connector is not None:
@@ -81,6 +83,20 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
         for block in blocks:
             extra[block.block_id] = extra.get(block.block_id, 0) + 1
     manager.check_integrity(extra)
+
+
+def _check_reported_loads(scheduler: SchedulerUpdates, places: dict[str, str]) -> None:
+    """Loads the worker reported finished or failed wait in two sets until the waiting request
+    is looked at again; an id there whose request left the queue (aborted, say) would make a
+    later request under the same id look loaded."""
+    for name, ids in (("finished", scheduler.finished_recving_kv_req_ids),
+                      ("failed", scheduler.failed_recving_kv_req_ids)):
+        for rid in ids:
+            request = scheduler.requests.get(rid)
+            if (request is None or places.get(rid) != "kv_holding_waiting"
+                    or request.status != RequestStatus.WAITING_FOR_REMOTE_KVS):
+                raise IntegrityError(f"scheduler: load of {rid} reported {name}, but it is not "
+                                     "a request waiting for its load")
 
 
 def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]:

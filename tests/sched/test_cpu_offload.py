@@ -131,6 +131,29 @@ def test_an_abort_mid_load_keeps_the_blocks_until_the_load_reports() -> None:
     assert scheduler.connector.cpu_block_pool.count_states()[0] == 0  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_an_abort_after_the_load_reported_forgets_the_report(policy: str) -> None:
+    """c's load is reported (finished; under recompute with a bad block, so failed too) but
+    not taken up yet when c is aborted: the reports go with it. Left behind, they would make a
+    later request under the same id look loaded (the integrity check says so)."""
+    scheduler = offload_scheduler(policy=policy)
+    _evict_prefix_then_resend(scheduler)
+    _, meta = run_step(scheduler)
+    bad = frozenset({meta.load_gpu_blocks[1]}) if policy == "recompute" else frozenset()
+    output = scheduler.schedule()
+    scheduler.update_from_output(output, ModelRunnerOutput([], {}, [], kv_connector_output=(
+        KVConnectorOutput(finished_recving=frozenset({"c"}), invalid_block_ids=bad))))
+    assert "c" in scheduler.finished_recving_kv_req_ids
+    assert ("c" in scheduler.failed_recving_kv_req_ids) == (policy == "recompute")
+    scheduler.check_integrity()
+    scheduler.finish_requests("c", RequestStatus.FINISHED_ABORTED)
+    assert not scheduler.finished_recving_kv_req_ids and not scheduler.failed_recving_kv_req_ids
+    scheduler.check_integrity()
+    scheduler.finished_recving_kv_req_ids.add("c")  # as a lost discard would leave it
+    with pytest.raises(IntegrityError, match="load of c reported finished, but it is not"):
+        scheduler.check_integrity()
+
+
 def test_lazy_offload_copies_blocks_about_to_be_evicted_in_eviction_order() -> None:
     scheduler = offload_scheduler(lazy=True)
     scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
