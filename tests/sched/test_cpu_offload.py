@@ -131,6 +131,29 @@ def test_an_abort_mid_load_keeps_the_blocks_until_the_load_reports() -> None:
     assert scheduler.connector.cpu_block_pool.count_states()[0] == 0  # type: ignore[union-attr]
 
 
+def test_a_load_failing_at_its_first_block_frees_the_request_to_retry() -> None:
+    """recompute, c's first loaded block bad: nothing of c is usable, so its blocks go back to
+    the pool and it is scheduled afresh (a retry may hit the local cache), rather than keeping
+    blocks with nothing computed in them."""
+    scheduler = offload_scheduler(policy="recompute")
+    _evict_prefix_then_resend(scheduler)
+    _, meta = run_step(scheduler)
+    output = scheduler.schedule()
+    scheduler.update_from_output(output, ModelRunnerOutput([], {}, [], kv_connector_output=(
+        KVConnectorOutput(finished_recving=frozenset({"c"}),
+                          invalid_block_ids=frozenset({meta.load_gpu_blocks[0]})))))
+    assert scheduler.requests["c"].num_computed_tokens == 0
+    assert "c" in scheduler.failed_recving_kv_req_ids
+    assert scheduler.kv_cache_manager.get_block_ids("c") == ([4, 5, 6],) \
+        and meta.load_gpu_blocks == [4, 5, 6]
+    # The report is taken up: c's blocks are freed (tail first, to the queue's front, having
+    # no hash) and its retry takes them back in that order and loads from the CPU again.
+    output, meta = run_step(scheduler)
+    assert "c" not in scheduler.failed_recving_kv_req_ids
+    assert scheduler.kv_cache_manager.get_block_ids("c") == ([6, 5, 4],)
+    assert (meta.load_event, meta.load_gpu_blocks) == (1, [6, 5, 4])
+
+
 @pytest.mark.parametrize("policy", ["fail", "recompute"])
 def test_an_abort_after_the_load_reported_forgets_the_report(policy: str) -> None:
     """c's load is reported (finished; under recompute with a bad block, so failed too) but
