@@ -78,6 +78,7 @@ def test_the_next_turn_hits_the_pin_and_replaces_it() -> None:
     (True, "j", {}),  # the job's final answer
     (False, None, {}),  # no job: no next turn to keep it for
     (False, "j", {"ttl_ms": 2500.0}),  # predicted call past the 2 s threshold
+    (False, "j", {"ttl_ms": 2000.0}),  # at the threshold: pinned only strictly under it
 ])
 def test_the_gates_free_instead_of_pinning(last: bool, job: str | None,
                                            settings: dict[str, float]) -> None:
@@ -87,6 +88,18 @@ def test_the_gates_free_instead_of_pinning(last: bool, job: str | None,
     step(s)
     assert not s.has_pins() and "a" not in s.requests
     assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 10
+
+
+def test_a_ttl_under_a_millisecond_still_pins() -> None:
+    """Any positive time-to-live pins: 0.5 ms holds the blocks until the next step starts."""
+    s = continuum(ttl_ms=0.5)
+    s.add_request(turn("a", PROMPT, 0))
+    step(s)
+    step(s)  # finished at 20 ms: pinned until 20.5 ms
+    assert s.continuum is not None
+    assert [(p.request.request_id, p.expires_ms) for p in s.continuum.pins] == [("a", 20.5)]
+    s.schedule()  # 40 ms: released
+    assert not s.has_pins() and "a" not in s.requests
 
 
 def test_the_victim_is_the_last_unpinned_from_the_position_on() -> None:
