@@ -184,3 +184,17 @@ def test_integrity_names_retired_blocks_of_a_request_without_a_table() -> None:
     mamba(manager).num_retired_blocks["ghost"] = 1
     with pytest.raises(IntegrityError, match=r"group 1: ghost retired 1 blocks"):
         manager.check_integrity()
+
+
+def test_no_hit_in_any_group_leaves_no_junction() -> None:
+    """The junction is the longest single-group hit when it beats the agreed hit; with nothing
+    cached anywhere it is 0, and a full hit of both groups has none either."""
+    manager = align_manager()
+    a = make_request("a", range(13))
+    manager.get_computed_blocks(a)
+    assert a.shared_prefix_boundary == 0
+    assert admit(manager, a, 8) == [[1, 2], [0, 3]]
+    manager.new_step_starts()
+    b = make_request("b", range(13))
+    _, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8 and b.shared_prefix_boundary == 0

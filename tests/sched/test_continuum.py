@@ -14,7 +14,7 @@ from impl.sched.continuum.policy import ContinuumPolicy, Pin
 from impl.sched.continuum.queue import ContinuumRequestQueue
 from impl.sched.continuum.settings import ContinuumSettings
 from impl.sched.continuum.tracer import PrefixCacheEvent, StepDecision, StepSnapshot, Tracer
-from impl.sched.request import Request
+from impl.sched.request import Request, RequestStatus
 from impl.sched.scheduler import Scheduler
 from tests.sched.helpers import make_request, make_scheduler, step
 from vtwin.errors import IntegrityError
@@ -88,6 +88,14 @@ def test_the_gates_free_instead_of_pinning(last: bool, job: str | None,
     step(s)
     assert not s.has_pins() and "a" not in s.requests
     assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 10
+
+
+def test_a_turn_aborted_before_the_first_step_is_pinned_from_time_zero() -> None:
+    s = continuum()
+    s.add_request(turn("a", PROMPT, 0))
+    s.finish_requests("a", RequestStatus.FINISHED_ABORTED)
+    assert s.continuum is not None
+    assert [(p.request.request_id, p.expires_ms) for p in s.continuum.pins] == [("a", 60.0)]
 
 
 def test_a_ttl_under_a_millisecond_still_pins() -> None:
