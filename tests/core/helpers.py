@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from impl.core.hashing import get_hash_fn_by_name, make_none_hash
 from impl.core.kv_cache_manager import KVCacheManager
@@ -60,3 +65,36 @@ def reference_chain(algo: str, none_hash: bytes, tokens: list[int],
         parent = fn((parent, tuple(tokens[start : start + block_size]), None))
         expected.append(parent)
     return expected
+
+
+def build_native(module: str, out: Path) -> ModuleType:
+    """One of the compiled build's C extensions (`impl.compiled.NATIVE_MODULES`), built into
+    `out` by the build's own step and imported from there, so the tests session checks the C
+    code while its twin runs pure; skips, naming why, where it cannot build."""
+    from impl.compiled.build import c_compiler, compile_native
+
+    what = f"the C extension {module}"
+    missing = c_compiler()
+    if missing is not None:
+        pytest.skip(f"{what} cannot be built: {missing}")
+    built, failed = compile_native(out, out)
+    if module not in built:
+        pytest.skip(f"{what} did not build: {failed.get(module)}")
+    package, _, name = module.rpartition(".")
+    path = next(out.joinpath(*package.split(".")).glob(f"{name}.*"))
+    spec = importlib.util.spec_from_file_location(module, path)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def require_compiled_native(module: str) -> None:
+    """Skip unless this process runs the compiled twin and its build has `module`."""
+    from impl.compiled import active_build
+
+    build = active_build()
+    if build is None:
+        pytest.skip("the pure twin runs here (VTWIN_COMPILED=1 runs this in the compiled step)")
+    if module not in build.native:
+        pytest.skip(f"the compiled build has no {module}: {build.native_missing}")

@@ -9,7 +9,6 @@ take this path whenever the build has the extension.
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 from collections.abc import Callable
 from types import ModuleType
@@ -21,12 +20,11 @@ from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
 import impl.core.request_hasher as request_hasher
-from impl.compiled import NATIVE_MODULES, active_build
-from impl.compiled.build import c_compiler, compile_native
+from impl.compiled import NATIVE_MODULES
 from impl.core.hashing import make_none_hash, sha256_digest
 from impl.core.request_hasher import RequestBlockHasher
 from impl.sched.request import Request
-from tests.core.helpers import reference_chain
+from tests.core.helpers import build_native, reference_chain, require_compiled_native
 
 NAME = "impl.core._blockhash"
 EDGES = [0, 23, 24, 255, 256, 32767, 32768, 65535, 65536, 2**30 - 1, 2**30, 2**31 - 1, 2**31,
@@ -38,19 +36,7 @@ DIGESTS: dict[str, Digest] = {"sha256": None, "xxh3_128": xxhash.xxh3_128_digest
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    missing = c_compiler()
-    if missing is not None:
-        pytest.skip(f"the C block hasher cannot be built: {missing}")
-    out = tmp_path_factory.mktemp("blockhash")
-    built, failed = compile_native(out, out)
-    if NAME not in built:
-        pytest.skip(f"the C block hasher did not build: {failed.get(NAME)}")
-    path = next((out / "impl" / "core").glob("_blockhash.*"))
-    spec = importlib.util.spec_from_file_location(NAME, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return build_native(NAME, tmp_path_factory.mktemp("blockhash"))
 
 
 def serialised_chain(parent: bytes, tokens: list[int], start: int, size: int, cbor: bool,
@@ -187,11 +173,7 @@ def test_decoded_blocks_hash_from_prompt_and_outputs_without_a_token_list(
 
 
 def test_the_compiled_build_hashes_on_the_c_path() -> None:
-    build = active_build()
-    if build is None:
-        pytest.skip("the pure twin runs here (VTWIN_COMPILED=1 runs this in the compiled step)")
-    if NAME not in build.native:
-        pytest.skip(f"the compiled build has no C block hasher: {build.native_missing}")
+    require_compiled_native(NAME)
     assert request_hasher.NATIVE is not None
     assert RequestBlockHasher(16, "sha256", bytes(32))._native is request_hasher.NATIVE
     assert NATIVE_MODULES[NAME].source == "impl/core/native/blockhash.c"

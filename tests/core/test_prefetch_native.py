@@ -8,7 +8,6 @@ C compiler or Python headers the tests skip, naming what is missing.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from types import ModuleType
 
@@ -16,28 +15,16 @@ import pytest
 
 import impl.core.block_pool as block_pool
 from impl.compiled import active_build
-from impl.compiled.build import c_compiler, compile_native
 from impl.core.block import KVCacheBlock
 from impl.core.block_pool import PREFETCH_AHEAD, BlockPool
+from tests.core.helpers import build_native, require_compiled_native
 
 NAME = "impl.core._prefetch"
 
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    missing = c_compiler()
-    if missing is not None:
-        pytest.skip(f"the C prefetch hint cannot be built: {missing}")
-    out = tmp_path_factory.mktemp("prefetch")
-    built, failed = compile_native(out, out)
-    if NAME not in built:
-        pytest.skip(f"the C prefetch hint did not build: {failed.get(NAME)}")
-    path = next((out / "impl" / "core").glob("_prefetch.*"))
-    spec = importlib.util.spec_from_file_location(NAME, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return build_native(NAME, tmp_path_factory.mktemp("prefetch"))
 
 
 def test_prefetch_changes_no_object_and_no_reference_count(native: ModuleType) -> None:
@@ -77,9 +64,5 @@ def test_touch_and_free_ask_for_each_stretch_once_ahead(monkeypatch: pytest.Monk
 
 
 def test_the_compiled_pool_prefetches() -> None:
-    build = active_build()
-    if build is None:
-        pytest.skip("the pure twin runs here (VTWIN_COMPILED=1 runs this in the compiled step)")
-    if NAME not in build.native:
-        pytest.skip(f"the compiled build has no prefetch hint: {build.native_missing}")
+    require_compiled_native(NAME)
     assert block_pool.PREFETCH is not None
