@@ -274,6 +274,7 @@ class SimpleCPUOffloadScheduler(OffloadStores):
                                          "which has no load")
         if self.store_event_counter and NO_EVENT in self.store_event_to_blocks:
             raise IntegrityError("offload: a store registered under no event")
+        self.check_store_integrity()
 
 
 def lazy_target_blocks(kv_cache_config: KVCacheConfig, max_num_batched_tokens: int) -> int:

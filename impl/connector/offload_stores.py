@@ -19,6 +19,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.coordinator import KVCacheCoordinator
 from impl.core.hashing import hashes_at_block_size
+from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
     from impl.sched.output import SchedulerOutput
@@ -156,22 +157,41 @@ class OffloadStores:
         gpu.touch([gpu.blocks[i] for i in gpu_ids])
 
     def cleanup_store_request(self, req_id: str) -> None:
-        state = self.reqs_to_store.pop(req_id, None)
-        if state is None:
-            return
-        for event in sorted(state.store_events):
-            reqs = self.store_event_to_reqs.get(event)
-            if reqs is not None:
-                if req_id in reqs:
-                    reqs.remove(req_id)
-                if not reqs:
-                    del self.store_event_to_reqs[event]
-        state.store_events.clear()
+        """Forget a finished request's store state. Callers do so only once it has no store
+        in flight: every event that listed it has completed, and its list went with it."""
+        del self.reqs_to_store[req_id]
+
+    def check_store_integrity(self) -> None:
+        """Store bookkeeping: a request's events in flight and each event's requests list one
+        another, every such event still holds its transfer, and a store state outlives its
+        request only while a store of it is in flight (a leaked state would make a later
+        request under the same id resume its stale block table)."""
+        for req_id, state in self.reqs_to_store.items():
+            if state.finished != state.request.is_finished():
+                raise IntegrityError(f"offload: store state of {req_id} says finished="
+                                     f"{state.finished}, its request is "
+                                     f"{state.request.status.name}")
+            if state.finished and not state.store_events:
+                raise IntegrityError(f"offload: finished {req_id} keeps a store state with no "
+                                     "store in flight")
+            for event in state.store_events:
+                if req_id not in self.store_event_to_reqs.get(event, ()):
+                    raise IntegrityError(f"offload: store event {event} of {req_id} does not "
+                                         "list it")
+        for event, req_ids in self.store_event_to_reqs.items():
+            if event not in self.store_event_to_blocks:
+                raise IntegrityError(f"offload: store event {event} lists requests but no "
+                                     "transfer")
+            for req_id in req_ids:
+                listed = self.reqs_to_store.get(req_id)
+                if listed is None or event not in listed.store_events:
+                    raise IntegrityError(f"offload: store event {event} lists {req_id}, whose "
+                                         "store state does not have it")
 
     # -- lazy ---------------------------------------------------------------------------------
     def _lazy_stores(self) -> StoreBatch:
         batch = StoreBatch()
-        if self.target_free <= 0 or self._gpu_pool is None:
+        if self._gpu_pool is None:  # lazy mode's target is at least two blocks
             return batch
         gpu, cpu = self.gpu_pool, self.cpu_block_pool
         num_cpu_free = cpu.get_num_free_blocks()
