@@ -21,10 +21,13 @@ from hypothesis import assume, given, settings, strategies as st
 def test_seven(x):
     pass
 
+CALLS = []
+
 @settings(max_examples=5, database=None)
 @given(st.integers(0, 10**9))
-def test_five_even(x):
-    assume(x % 2 == 0)
+def test_five_valid(x):
+    CALLS.append(x)
+    assume(len(CALLS) > 1)  # the first example is rejected, whatever was drawn
 
 def test_plain():
     pass
@@ -40,7 +43,7 @@ def test_counts_reach_junit(tmp_path: Path, workers: list[str]) -> None:
                     "test_tiny.py"], cwd=tmp_path, check=True, capture_output=True, timeout=120)
     counted = {r.name: (r.examples, r.invalid is not None and r.invalid > 0)
                for r in read_junit(junit)}
-    assert counted == {"test_seven": (7, False), "test_five_even": (5, True),
+    assert counted == {"test_seven": (7, False), "test_five_valid": (5, True),
                        "test_plain": (None, False)}
 
 
