@@ -91,3 +91,22 @@ def test_integrity_catches_store_states_and_events_out_of_step(corrupt: str) -> 
         connector.reqs_to_store["b"].finished = True
     with pytest.raises(IntegrityError, match="offload: "):
         connector.check_integrity()
+
+
+def test_eager_stores_wait_while_every_cpu_block_is_pinned() -> None:
+    scheduler = offload_scheduler(num_cpu_blocks=3)  # the null block + 2 free
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=6))
+    connector = scheduler.connector
+    assert connector is not None
+    stored = []
+    for report in (None, None, None, stores_done(0), None):
+        _, meta = run_step(scheduler, report)
+        stored.append((meta.store_event, meta.store_gpu_blocks, meta.store_cpu_blocks,
+                       list(connector.reqs_to_store["a"].num_stored_blocks)))
+    assert stored == [
+        (-1, [], [], [0]),
+        (0, [1, 2], [1, 2], [2]),  # 3 blocks confirmed, 2 CPU blocks free: the cursor stops
+        (-1, [], [], [2]),         # both copies in flight: no CPU block free, none chosen
+        (-1, [], [], [2]),         # the report lands after this step was scheduled
+        (1, [3, 4], [1, 2], [4]),  # the copies are cached now, and evicted for blocks 3, 4
+    ]
