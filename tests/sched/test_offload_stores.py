@@ -110,3 +110,20 @@ def test_eager_stores_wait_while_every_cpu_block_is_pinned() -> None:
         (-1, [], [], [2]),         # the report lands after this step was scheduled
         (1, [3, 4], [1, 2], [4]),  # the copies are cached now, and evicted for blocks 3, 4
     ]
+
+
+def test_hybrid_stores_stop_at_the_scheduler_block_size() -> None:
+    """Hybrid hits are aligned to the scheduler block size (the groups' common multiple), so
+    only confirmed tokens up to that alignment are worth a copy; one group stores them all."""
+    from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+    from impl.connector.types import OffloadSettings
+
+    def tier(*specs: FullAttentionSpec | SlidingWindowSpec) -> SimpleCPUOffloadScheduler:
+        return SimpleCPUOffloadScheduler(OffloadSettings(16), _config(*specs),
+                                         hash_block_size=BLOCK, max_num_batched_tokens=64)
+
+    full = FullAttentionSpec(block_size=BLOCK)
+    hybrid = tier(full, SlidingWindowSpec(block_size=2 * BLOCK, sliding_window=16))
+    assert hybrid.cpu_coordinator.scheduler_block_size == 2 * BLOCK
+    assert [hybrid._cacheable(n) for n in (7, 8, 13, 16)] == [0, 8, 8, 16]
+    assert [tier(full)._cacheable(n) for n in (7, 13)] == [7, 13]
