@@ -70,7 +70,8 @@ def test_a_request_finished_without_stores_in_flight_is_forgotten_at_once() -> N
     assert connector.reqs_to_store == {}
 
 
-@pytest.mark.parametrize("corrupt", ["unlisted", "ghost", "no-transfer", "unfinished"])
+@pytest.mark.parametrize("corrupt", ["unlisted", "forgotten", "ghost", "no-transfer",
+                                     "unfinished"])
 def test_integrity_catches_store_states_and_events_out_of_step(corrupt: str) -> None:
     scheduler = offload_scheduler()
     scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))
@@ -83,6 +84,8 @@ def test_integrity_catches_store_states_and_events_out_of_step(corrupt: str) -> 
     scheduler.check_integrity()
     if corrupt == "unlisted":
         connector.store_event_to_reqs[0].remove("b")
+    elif corrupt == "forgotten":
+        del connector.store_event_to_reqs[0]
     elif corrupt == "ghost":
         connector.reqs_to_store["a"].store_events.clear()
     elif corrupt == "no-transfer":
@@ -127,3 +130,15 @@ def test_hybrid_stores_stop_at_the_scheduler_block_size() -> None:
     assert hybrid.cpu_coordinator.scheduler_block_size == 2 * BLOCK
     assert [hybrid._cacheable(n) for n in (7, 8, 13, 16)] == [0, 8, 8, 16]
     assert [tier(full)._cacheable(n) for n in (7, 13)] == [7, 13]
+
+
+def test_a_report_of_a_store_event_never_sent_is_ignored() -> None:
+    scheduler = offload_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))
+    run_step(scheduler)
+    _, meta = run_step(scheduler)
+    connector = scheduler.connector
+    assert connector is not None and meta.store_event == 0
+    run_step(scheduler, stores_done(5))  # stale or unknown: nothing changes
+    assert list(connector.store_event_to_blocks) == [0]
+    assert connector.reqs_to_store["a"].store_events == {0}
