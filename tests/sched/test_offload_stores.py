@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from impl.connector.cpu_offload import lazy_target_blocks
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler, lazy_target_blocks
+from impl.connector.types import OffloadSettings
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 from tests.sched.helpers import make_request
-from tests.sched.test_cpu_offload import BLOCK, offload_scheduler, run_step, stores_done
+from tests.sched.offload_helpers import BLOCK, offload_scheduler, run_step, stores_done
 from vtwin.errors import IntegrityError
 
 
@@ -118,9 +119,6 @@ def test_eager_stores_wait_while_every_cpu_block_is_pinned() -> None:
 def test_hybrid_stores_stop_at_the_scheduler_block_size() -> None:
     """Hybrid hits are aligned to the scheduler block size (the groups' common multiple), so
     only confirmed tokens up to that alignment are worth a copy; one group stores them all."""
-    from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
-    from impl.connector.types import OffloadSettings
-
     def tier(*specs: FullAttentionSpec | SlidingWindowSpec) -> SimpleCPUOffloadScheduler:
         return SimpleCPUOffloadScheduler(OffloadSettings(16), _config(*specs),
                                          hash_block_size=BLOCK, max_num_batched_tokens=64)
