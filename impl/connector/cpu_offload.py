@@ -260,7 +260,8 @@ class SimpleCPUOffloadScheduler(OffloadStores):
 
     def check_integrity(self) -> None:
         """The CPU pool's invariants with the connector's pins as its holders, and the
-        bookkeeping's own: every sent load is listed under its event and vice versa."""
+        bookkeeping's own: every sent load is listed under its event and vice versa, and the
+        stores' states and events likewise (`check_store_integrity`)."""
         self.cpu_block_pool.check_integrity(self.cpu_pins())
         for req_id, state in self.reqs_to_load.items():
             if state.load_event is not None and req_id not in self.load_event_to_reqs.get(
