@@ -141,7 +141,7 @@ def nightly(session: nox.Session) -> None:
     except CommandFailed:
         failed.append("campaign (reports/campaign/latest/report.html)")
     try:
-        session.run("python", "-m", "conformance.nightly", "--minutes", str(kv_minutes),
+        session.run("python", "-m", "conformance.ci.nightly", "--minutes", str(kv_minutes),
                     "conformance/tests/test_kv_differential.py", env=ORACLE_ENV)
     except CommandFailed:
         failed.append("KV-cache rounds (reports/nightly/index.html)")
@@ -173,7 +173,7 @@ def conformance(session: nox.Session) -> None:
     session.run("pytest", "conformance/tests", f"--junitxml={junit}", *session.posargs,
                 env={**ORACLE_ENV, "VTWIN_REPORT_DIR": run_dir}, success_codes=[0, 1])
     # The verdict: fails if any differential test failed or any workload diverged.
-    session.run("python", "-m", "conformance.report", junit, "--out", run_dir, "--index",
+    session.run("python", "-m", "conformance.ci.report", junit, "--out", run_dir, "--index",
                 env=ORACLE_ENV)
 
 
@@ -203,7 +203,7 @@ def benchmarks(session: nox.Session) -> None:
     # The compiled twin when a compiler is here (what users run for speed), else the pure one;
     # the report's header names which.
     compiled = {"VTWIN_COMPILED": "1"} if build_compiled(session) else {}
-    session.run("python", "-m", "conformance.bench_cli", "--quick", *session.posargs,
+    session.run("python", "-m", "conformance.cli.bench", "--quick", *session.posargs,
                 env={**ORACLE_ENV, **compiled})
 
 
@@ -224,7 +224,7 @@ def asv(session: nox.Session) -> None:
     session.run("asv", "run", "--skip-existing-commits", f"HEAD~{count}..HEAD",
                 success_codes=[0, 2])
     session.run("asv", "publish")
-    session.run("python", "-m", "conformance.bench_cli", "--quick",
+    session.run("python", "-m", "conformance.cli.bench", "--quick",
                 "--asv-results", os.path.join(".asv", "results"), env=ORACLE_ENV)
 
 

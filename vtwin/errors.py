@@ -37,3 +37,17 @@ class ReleaseCheckFailed(IntegrityError):
     def __init__(self, check: str, detail: str) -> None:
         super().__init__(f"release check {check!r} fails: {detail}")
         self.check = check
+
+
+class SystemBuildFailed(UserError):
+    """A system under test could not be built for a workload's configuration: a release that
+    lacks a field the workload sets, an environment that is not there, a factory that raised.
+
+    Never a behaviour difference: `conform`, `drift`, `campaign` and `record` report it as
+    their verdict ("SYSTEM could not be built: REASON") and exit 2, as for any configuration a
+    user must change."""
+
+    def __init__(self, system: str, reason: str) -> None:
+        super().__init__(f"{system} could not be built: {reason}")
+        self.system = system
+        self.reason = reason

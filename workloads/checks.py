@@ -9,12 +9,11 @@ longer than `max_model_len`, or an engine config vLLM itself would refuse to sta
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
 
 from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
 from workloads.errors import WorkloadError
+from workloads.located import Located
 from workloads.model import (
     AbortSpec,
     AfterSpec,
@@ -36,16 +35,7 @@ from workloads.schema import (
     RequestModel,
 )
 
-T = TypeVar("T")
 _Fail = Callable[[str, str], WorkloadError]
-
-
-@dataclass(frozen=True, slots=True)
-class Located(Generic[T]):
-    """A validated record and the line it came from."""
-
-    line: int
-    record: T
 
 
 def engine_config(model: EngineConfigModel, source: str | Path, line: int,

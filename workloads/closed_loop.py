@@ -29,7 +29,7 @@ from workloads.model import (
 from workloads.schema import ContinuumModel, KVConnectorModel
 
 if TYPE_CHECKING:
-    from workloads.checks import Located
+    from workloads.located import Located
 
 
 def continuum_config(model: ContinuumModel | None, policy: str, step_ms: float | None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 
 _MAX_INPUT_REPR = 60
 

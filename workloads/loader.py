@@ -13,9 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workloads.checks import Located, build_workload
+from workloads.checks import build_workload
 from workloads.errors import WorkloadError, from_validation_error
 from workloads.jsonl import parse_object, read_lines, split_lines
+from workloads.located import Located
 from workloads.model import Workload
 from workloads.schema import (
     FORMAT_NAME,

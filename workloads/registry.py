@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads.generators import FAMILIES, generate
 from workloads.loader import load_file
 from workloads.model import Workload

@@ -12,13 +12,11 @@ one line per machine.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from conformance.campaign.plan import Plan
 from conformance.campaign.worker import CampaignWorker, WorkerInfo, code_digest
-from conformance.errors import UserError
-
-if TYPE_CHECKING:
-    from conformance.campaign.driver import Plan
+from vtwin.errors import UserError
 
 MAX_RETRIES = 3
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",

@@ -31,32 +31,15 @@ from typing import Any
 from tqdm import tqdm
 
 from conformance.campaign.cluster import MAX_RETRIES, start_ray, start_workers
-from conformance.campaign.shrink import Budget
+from conformance.campaign.plan import Plan
 from conformance.campaign.store import FailureClass, Store
-from conformance.campaign.task import CRASHED, Task, TaskResult, crashed, one_line
+from conformance.campaign.task import CRASHED, UNBUILT, Task, TaskResult, crashed, one_line
 from conformance.campaign.worker import ShrinkResult, code_digest
 from conformance.rundirs import new_run_dir
 
 OnResult = Callable[[TaskResult], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    systems: tuple[str, ...]
-    families: tuple[str, ...]
-    out: Path
-    seeds: tuple[int, int] | None = None
-    """Seeds [start, stop); None: 0, 1, 2, ... until the time budget ends."""
-    minutes: float | None = None
-    address: str | None = None
-    workers: int | None = None
-    budget: Budget = Budget()
-    grace_seconds: float = 60.0
-    """After the time budget: how long tasks already running may still finish."""
-
-    @property
-    def systems_key(self) -> str:
-        return ",".join(self.systems)
+FLOOR_PER_CORE_MINUTE = 1.0
+"""The fewest workloads a timed campaign must judge per worker per minute of budget."""
 
 
 @dataclass(slots=True)
@@ -67,11 +50,16 @@ class Tally:
     failures: int = 0
     stalls: int = 0
     regressions: list[str] = field(default_factory=list)
+    unbuilt: dict[str, int] = field(default_factory=dict)
+    """"SYSTEM could not be built: REASON" -> how many workloads it kept from running."""
 
     def add(self, result: TaskResult) -> None:
         self.tasks += 1
         self.failures += any(c.failed for c in result.comparisons)
         self.stalls += any("stall" in c.outcome for c in result.comparisons)
+        for c in result.comparisons:
+            if c.outcome == UNBUILT:
+                self.unbuilt[c.detail] = self.unbuilt.get(c.detail, 0) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +73,29 @@ class RunSummary:
     seconds: float
     startup_seconds: float
     status: str
+    unbuilt: tuple[tuple[str, int], ...] = ()
+    """Each system that could not be built, with the workloads it kept from running."""
 
     @property
     def throughput(self) -> float:
         """Workloads per minute per core, start-up excluded."""
         busy = max(self.seconds - self.startup_seconds, 1e-9)
         return self.tasks / (busy / 60) / max(self.workers, 1)
+
+    def too_little(self, minutes: float | None) -> str | None:
+        """Why this run checked too little to pass, or None: a finished run judged fewer
+        workloads than `FLOOR_PER_CORE_MINUTE` per worker per minute of its time budget
+        (at least one). A night that checked nothing must not read as a night that found
+        nothing."""
+        if minutes is None or self.status != "finished":
+            return None
+        floor = max(1, int(FLOOR_PER_CORE_MINUTE * minutes * max(self.workers, 1)))
+        if self.tasks >= floor:
+            return None
+        return (f"judged {self.tasks} workloads, fewer than the floor of {floor} "
+                f"({FLOOR_PER_CORE_MINUTE:g} per worker per minute of a {minutes:g}-minute "
+                f"budget on {self.workers} workers; start-up took "
+                f"{self.startup_seconds:.0f}s outside the budget)")
 
 
 def pending(plan: Plan, done: set[tuple[str, int]]) -> Iterator[Task]:
@@ -121,7 +126,9 @@ def run_campaign(plan: Plan, on_result: OnResult | None = None) -> RunSummary:
         owns = start_ray(plan)
         actors, _ = start_workers(plan)
         startup = time.monotonic() - clock
-        _loop(plan, store, run_dir.name, actors, clock, tally, on_result)
+        # The budget starts once every worker is up: start-up (Ray, imports, a worker's
+        # first system) is reported apart and never eats the time meant for checking.
+        _loop(plan, store, run_dir.name, actors, time.monotonic(), tally, on_result)
     except KeyboardInterrupt:
         status = "interrupted"
     except BaseException:
@@ -139,11 +146,14 @@ def run_campaign(plan: Plan, on_result: OnResult | None = None) -> RunSummary:
         publish(store, plan.out, run_dir)
         store.close()
     return RunSummary(run_dir.name, run_dir, len(actors), tally.tasks, tally.failures,
-                      tuple(tally.regressions), seconds, startup, status)
+                      tuple(tally.regressions), seconds, startup, status,
+                      tuple(tally.unbuilt.items()))
 
 
 def _loop(plan: Plan, store: Store, run_id: str, actors: list[Any], clock: float,
           tally: Tally, on_result: OnResult | None) -> None:
+    """Hand out tasks until they run out or the budget, counted from `clock` (the moment
+    the workers were ready), ends."""
     import ray
 
     done = store.done(plan.systems_key)

@@ -9,8 +9,8 @@ per key. Two kinds of family:
   caching, hash function, async scheduling, token budget and long-prefill threshold, seats,
   a tighter pool, FCFS or priority, chunked prefill off) within what upstream accepts, so one
   family covers many configs instead of the one it was written for;
-* ``hypothesis``: the scheduler's whole generated space (`conformance.sched.strategies`), drawn
-  by Hypothesis under ``@seed(seed)``. Its first example is always the minimal one, so the
+* ``hypothesis``: the scheduler's whole generated space (`conformance.sched.strategies.workloads`),
+drawn   by Hypothesis under ``@seed(seed)``. Its first example is always the minimal one, so the
   draw is the second: a plain random example, and deterministic for a given Hypothesis version.
 
 Everything random comes from `random.Random` seeded with a string (SHA-512 inside `random`),
@@ -23,7 +23,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads.generators import FAMILIES, generate
 from workloads.model import EngineConfig, Workload
 
@@ -135,7 +135,7 @@ def _hypothesis_workload(seed: int) -> Workload:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seeded
 
-    from conformance.sched.strategies import workloads
+    from conformance.sched.strategies.workloads import workloads
 
     drawn: list[Workload] = []
 

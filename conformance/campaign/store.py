@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.campaign.task import FAILURES, TaskResult
-from conformance.errors import UserError
+from vtwin.errors import UserError
 
 STORE_NAME = "campaign.sqlite"
 FORMAT = "vtwin-campaign/1"

@@ -17,7 +17,9 @@ Outcomes per pair: ``passed``; ``stall-agreed`` (both stalled the same way: agre
 upstream bug the twin reproduces: agreement, `conformance.sched.failures`); ``diverged`` (a
 difference at `exact`), ``stalled`` (one side stalled, or the two differently), ``error`` (a
 system raised) and ``crashed`` (the worker process died on every retry; set by the driver). The
-last four are failures. A failure's *signature*
+last four are failures. ``unbuilt`` (one system could not be built for the config) is neither:
+an error of the setup, which `vtwin campaign` reports as its verdict and exits 2 on. A failure's
+*signature*
 (``exact:block_tables``, ``stall:right:never-admitted``, ``error:IntegrityError``) is what
 the campaign shrinks once per pair and family, instead of once per workload.
 """
@@ -33,12 +35,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from conformance.campaign.families import workload_for
-from conformance.record_cli import Recorded, compare_recorded
 from conformance.sched.driver import Driver, Stalled
 from conformance.sched.failures import error_end
 from conformance.sched.lockstep import LockstepResult, run_lockstep
-from conformance.sched.proxy import WorkerDied
-from conformance.sched.system import SystemFactory, close_system
+from conformance.sched.recorded import Recorded, compare_recorded
+from conformance.systems.protocol import SystemFactory, close_system
+from conformance.systems.registry import build_reason
+from conformance.systems.remote.proxy import WorkerDied
 from workloads.model import Workload
 
 PASSED = "passed"
@@ -49,6 +52,9 @@ DIVERGED = "diverged"
 STALLED = "stalled"
 ERROR = "error"
 CRASHED = "crashed"
+UNBUILT = "unbuilt"
+"""One system could not be built for the draw's config: a setup error the run reports as its
+verdict ("SYSTEM could not be built: REASON"), never a difference, so never shrunk."""
 FAILURES: tuple[str, ...] = (DIVERGED, STALLED, ERROR, CRASHED)
 DETAIL_CHARS = 400
 
@@ -74,7 +80,7 @@ def pairs_of(systems: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """The first system against each other one, a bare twin following each one's release
     (`specs.follow_release`: `impl` against `vllm==0.33.0` runs as `impl==0.33.0`), as
     `vtwin conform` pairs them."""
-    from conformance.specs import follow_release
+    from conformance.systems.specs import follow_release
 
     return tuple((follow_release(systems[0], other), other) for other in systems[1:])
 
@@ -169,6 +175,8 @@ def classify(result: LockstepResult, left: str, right: str) -> Comparison:
     level = result.level_reached
     if result.refused is not None:
         return Comparison(left, right, REFUSED, None, "", None, one_line(result.refused))
+    if result.unbuilt is not None:
+        return Comparison(left, right, UNBUILT, None, UNBUILT, None, one_line(result.unbuilt))
     if result.same_failure is not None:
         return Comparison(left, right, SAME_FAILURE, level, "", result.steps,
                           one_line(result.same_failure))
@@ -207,8 +215,7 @@ def record_run(workload: Workload, factory: SystemFactory, label: str) -> Record
         raise
     except Exception as err:  # a refused config: agreement if the other side refuses too
         return Recorded(name, workload.name, None, (), {
-            "end": "error", "step": 0, "detail": f"{type(err).__name__}: {err}",
-            "refused": True})
+            "end": "error", "step": 0, "detail": build_reason(err), "refused": True})
     try:
         name, none_hash = system.name, system.none_hash
         for step in Driver(system, workload, integrity_every=1, snapshot_before=False).steps():
@@ -229,6 +236,10 @@ def compare_runs(a: Recorded, b: Recorded, left: str, right: str) -> Comparison:
     if a.end.get("refused") and b.end.get("refused"):
         return Comparison(left, right, REFUSED, None, "", None, one_line(
             f"both systems refuse the config: left {a.end['detail']}; right {b.end['detail']}"))
+    for run, spec in ((a, left), (b, right)):
+        if run.end.get("refused"):
+            return Comparison(left, right, UNBUILT, None, UNBUILT, None,
+                              one_line(f"{spec} could not be built: {run.end['detail']}"))
     result = compare_recorded(a, b)
     if result.error is not None:
         kind = next((str(run.end.get("detail", "")).split(":", 1)[0]

@@ -3,13 +3,14 @@
 An actor, not a stateless task, because a worker's systems are expensive to start and cheap
 to reuse: a release (`vllm==X.Y.Z`) runs in a worker process of its own under its managed
 environment, and importing torch and vLLM there takes 10-50 s; in-process `upstream` pays the
-same import. The actor keeps one factory per system spec (`specs.CheckedFactory`, which keeps
+same import. The actor keeps one factory per system spec (`registry.CheckedFactory`, which keeps
 its release worker up between workloads), so that cost is paid once per actor, not per task.
 Ray restarts an actor whose process dies and retries the call it was running (the driver
 sets `max_restarts` / `max_task_retries`), so a killed worker costs a restart, not a result.
 
 `prepare()` is called once per actor before any task: it builds each release's managed
-environment where this machine lacks it (`conformance.envs`, under a file lock, since every
+environment where this machine lacks it (`conformance.systems.remote.envs`, under a file lock,
+since every
 actor of a machine shares the cache) and starts every system on a small config, so a machine
 that cannot run a release says so at once, in one line naming the host and the reason,
 instead of failing every task.
@@ -38,14 +39,15 @@ from conformance.campaign.task import (
     specs_of,
     where,
 )
-from conformance.errors import UserError
-from conformance.sched.proxy import WorkerDied
-from conformance.sched.system import SystemFactory, close_system
-from conformance.specs import parse_spec
+from conformance.paths import REPO_ROOT
+from conformance.systems.protocol import SystemFactory, close_system
+from conformance.systems.remote.proxy import WorkerDied
+from conformance.systems.specs import parse_spec
+from vtwin.errors import UserError
 from workloads.model import EngineConfig, Workload
 
 SOURCE_DIRS = ("impl", "conformance", "workloads", "vtwin")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ def ensure_env(spec_text: str) -> None:
     time (a lock file beside the environments); an actor that waited on another's build finds
     it built, or finds the failure the other wrote into the lock file and reports that rather
     than spend minutes failing again."""
-    from conformance.envs import cache_root, create, env_dir, env_info
+    from conformance.systems.remote.envs import cache_root, create, env_dir, env_info
 
     spec = parse_spec(spec_text)
     if not spec.needs_env or env_info(env_dir(spec)) is not None:
@@ -133,8 +135,7 @@ class CampaignWorker:
         self.factories: dict[str, SystemFactory] = {}
 
     def prepare(self) -> WorkerInfo:
-        from conformance.sched.system import resolve_system
-
+        from conformance.systems.registry import resolve_system
         host, pid = where()
         startup: list[tuple[str, float]] = []
         for spec in self.systems:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workloads.model import EngineConfig, KVCacheGroup
+
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:
@@ -122,3 +124,11 @@ def family_by_name(name: str) -> KVFamily:
         if family.name == name:
             return family
     raise ValueError(f"family: unknown KV family {name!r}")
+
+
+def group_shape(config: EngineConfig, group: KVCacheGroup) -> GroupShape:
+    """A workload group's shape: what both systems build its KV-cache spec from (the twin's
+    adapter and upstream's read it alike, so the two cannot drift apart)."""
+    window = group.sliding_window or group.attention_chunk_size or 0
+    return GroupShape(group.type, config.block_size, window,
+                      mamba_cache_mode=group.mamba_cache_mode or "none")

@@ -61,7 +61,7 @@ class ImplKV:
         from impl.core.request_hasher import RequestBlockHasher
         from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
 
-        groups = tuple(KVCacheGroupSpec((f"layer{i}",), _impl_spec(g))
+        groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(g))
                        for i, g in enumerate(family.groups))
         self.manager = KVCacheManager(
             KVCacheConfig(family.num_blocks, groups,
@@ -144,7 +144,7 @@ class ImplKV:
         self.manager.check_integrity()
 
 
-def _impl_spec(group: GroupShape) -> Any:
+def impl_spec(group: GroupShape) -> Any:
     from impl.core import specs
 
     if group.kind == "full":

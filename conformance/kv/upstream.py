@@ -19,7 +19,7 @@ class UpstreamKV:
         hash_fn = get_hash_fn_by_name(family.hash_algo)
         kv_cache_utils.init_none_hash(hash_fn)
         kv_cache_utils.NONE_HASH = kv_cache_utils.BlockHash(none_hash)
-        groups = [KVCacheGroupSpec([f"layer{i}"], _upstream_spec(g))
+        groups = [KVCacheGroupSpec([f"layer{i}"], upstream_spec(g))
                   for i, g in enumerate(family.groups)]
         config = KVCacheConfig(num_blocks=family.num_blocks, kv_cache_tensors=[],
                                kv_cache_groups=groups,
@@ -111,7 +111,7 @@ class UpstreamKV:
         """Upstream has no integrity check of its own; the comparison is the check."""
 
 
-def _upstream_spec(group: GroupShape) -> Any:
+def upstream_spec(group: GroupShape) -> Any:
     import torch
     from vllm.v1 import kv_cache_interface as k
 

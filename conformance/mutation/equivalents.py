@@ -26,10 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.errors import UserError
 from conformance.mutation.results import Mutant
+from conformance.paths import EQUIVALENT_MUTANTS_TOML
+from vtwin.errors import UserError
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "equivalent_mutants.toml"
+DEFAULT_PATH = EQUIVALENT_MUTANTS_TOML
 _MUTANT_KEYS = frozenset({"id", "sha", "reason"})
 _FUNCTION_KEYS = frozenset({"name", "reason"})
 

@@ -3,8 +3,8 @@
 A mutant that survives the killer suite is either equivalent or a hole in the suite. Reasoning
 tells the two apart only sometimes; a search tells more: with the mutant switched on (mutmut's
 `MUTANT_UNDER_TEST`, read on every call by the trampolines in `mutants/impl`), Hypothesis
-draws workloads from the wide space (`conformance.sched.strategies`) and runs the mutated twin
-in lockstep against upstream until one diverges, then shrinks it. A found workload is checked
+draws workloads from the wide space (`conformance.sched.strategies.workloads`) and runs the mutated
+twin in lockstep against upstream until one diverges, then shrinks it. A found workload is checked
 on the unmutated twin (it must be exact there; if not, it is a real divergence, reported and
 written under `.hypothesis/regressions/` like the random tests' finds) and written as a
 regression (`conformance/regressions/mutant-*.jsonl`), which the gate, CI and
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.errors import UserError
+from conformance.paths import REPO_ROOT
+from vtwin.errors import UserError
 
 HUNT_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "ERROR",
@@ -61,7 +62,7 @@ def select(patterns: Sequence[str], candidates: Sequence[str]) -> list[str]:
 def hunt_one(mutant: str, mutants_dir: Path, examples: int, out_dir: Path,
              timeout_s: float) -> HuntResult:
     """Hunt one mutant in a child process (see the module docstring)."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO_ROOT
     with tempfile.TemporaryDirectory(prefix="vtwin-hunt-") as shim:
         os.symlink((mutants_dir / "impl").resolve(), Path(shim) / "impl")
         env = {**os.environ, **HUNT_ENV, "MUTANT_UNDER_TEST": mutant,

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from conformance.paths import HYPOTHESIS_REGRESSIONS_DIR
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.strategies import workloads
-from conformance.sched.strategies_offload import offload_workloads
+from conformance.sched.strategies.offload import offload_workloads
+from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
-from conformance.sched.system import resolve_system
+from conformance.systems.registry import resolve_system
 from workloads.model import Workload
 
 CONNECTOR_MODULES = ("impl.connector.", "impl.sched.connector_paths.")
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
     if (real := divergence_of(found)) is not None:
         # Not the mutant's doing: the twin and upstream differ on this workload as they are.
         # Kept where the random Hypothesis tests keep theirs, to be fixed or waived.
-        found_dir = Path(__file__).resolve().parents[2] / ".hypothesis" / "regressions"
+        found_dir = HYPOTHESIS_REGRESSIONS_DIR
         path = write_regression(replace(found, name="hunted"), real, found_dir)
         print(json.dumps({"outcome": "real divergence", "detail": real, "path": str(path)}))
         return 0

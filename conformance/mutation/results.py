@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 
 KILLED, SURVIVED, NO_TESTS, TIMEOUT, NOT_RUN, SUSPICIOUS = (
     "killed", "survived", "no tests", "timeout", "not run", "suspicious")

@@ -23,7 +23,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.errors import UserError
 from conformance.mutation import runs
 from conformance.mutation.equivalents import DEFAULT_PATH, classify, load_equivalents
 from conformance.mutation.hunt import main_hunt
@@ -36,7 +35,8 @@ from conformance.mutation.results import (
     status_of,
 )
 from conformance.mutation.sync import source_paths, sync_copies
-from conformance.sched.suite import REGRESSIONS_DIR
+from conformance.paths import REGRESSIONS_DIR
+from vtwin.errors import UserError
 
 ORACLE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
               "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",

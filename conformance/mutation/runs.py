@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.errors import UserError
 from conformance.rundirs import (
     IndexPage,
     Summary,
@@ -27,6 +26,7 @@ from conformance.rundirs import (
     replacing_note,
     update_index,
 )
+from vtwin.errors import UserError
 
 ROOT = Path("reports") / "mutation"
 REPORT_FILES = ("mutation.json", "index.html")

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 
 SKIPPED_DIRS = frozenset({"__pycache__"})
 # mutmut's own files beside a mutated module `P`: its verdicts (`P.meta`) and its functions'

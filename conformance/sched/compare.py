@@ -20,7 +20,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.errors import UserError
 from conformance.sched.record import (
     BLOCK_ID_FIELDS,
     FREE_QUEUE_FIELDS,
@@ -28,6 +27,7 @@ from conformance.sched.record import (
     SCHEDULE_FIELDS,
     StepRecord,
 )
+from vtwin.errors import UserError
 
 LEVELS: tuple[str, ...] = ("exact", "renamed", "schedule")
 ABSENT = "<absent>"

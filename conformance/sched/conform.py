@@ -37,11 +37,12 @@ from conformance.sched.divergences import KnownDivergence, find_waiver, stale_en
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
 from conformance.sched.offload_suite import NOT_OFFLOADED, with_offload
 from conformance.sched.suite import SUITE, resolve_workload
-from conformance.sched.system import SystemFactory, close_system, resolve_system
-from conformance.specs import follow_release
+from conformance.systems.protocol import SystemFactory, close_system
+from conformance.systems.registry import build_reason, resolve_system
+from conformance.systems.specs import follow_release
 from workloads.model import EngineConfig, Workload
 
-VERDICTS = ("passed", "known", "failed", "error")
+VERDICTS = ("passed", "known", "failed", "error", "unbuilt")
 UPSTREAM_LOGGERS = ("vllm", "torch", "triton")
 
 
@@ -90,9 +91,28 @@ class ConformRun:
     def ok(self) -> bool:
         return not self.stale and all(o.verdict in ("passed", "known") for o in self.outcomes)
 
+    @property
+    def unbuilt(self) -> tuple[str, ...]:
+        """"SYSTEM could not be built: REASON", once per distinct reason."""
+        return tuple(dict.fromkeys(o.result.unbuilt for o in self.outcomes
+                                   if o.result.unbuilt is not None))
+
+    @property
+    def exit_code(self) -> int:
+        """0: every workload reached the level; 1: a behaviour difference or an error (or a
+        stale known divergence); 2: nothing differed, but a system could not be built for
+        some workload, a configuration the user must change, not a difference."""
+        if self.ok:
+            return 0
+        behavioural = self.stale or any(o.verdict in ("failed", "error")
+                                        for o in self.outcomes)
+        return 1 if behavioural else 2
+
 
 def judge(result: LockstepResult, level: str,
           known: Sequence[KnownDivergence]) -> tuple[str, KnownDivergence | None]:
+    if result.unbuilt is not None:
+        return "unbuilt", None
     if result.error is not None:
         return "error", None
     divergence = result.divergence_at(level)
@@ -178,8 +198,8 @@ def start_systems(factories: Sequence[tuple[str, SystemFactory]], config: Engine
         try:
             close_system(factory(config))
             note = "ready"
-        except Exception as err:
-            note = f"could not build a system ({type(err).__name__}), started anyway"
+        except Exception as err:  # the workloads it cannot be built for say so, each
+            note = f"could not be built for the first workload: {build_reason(err)}"
         return note, time.monotonic() - started
 
     def say(spec: str, note: str, took: float) -> None:
@@ -203,7 +223,7 @@ def start_systems(factories: Sequence[tuple[str, SystemFactory]], config: Engine
 
 
 def _out_of_process(spec: str) -> bool:
-    from conformance.specs import parse_spec
+    from conformance.systems.specs import parse_spec
 
     try:
         return parse_spec(spec).out_of_process
@@ -320,6 +340,8 @@ def _line(outcome: WorkloadOutcome) -> str:
     r = outcome.result
     head = (f"{outcome.workload}: {r.steps} steps, {outcome.verdict} at {outcome.level} "
             f"(reached: {r.level_reached or 'none'}, {r.seconds:.1f}s)")
+    if outcome.verdict == "unbuilt":
+        return f"{outcome.workload}: {r.unbuilt}"
     if outcome.verdict == "error":
         return f"{head}: {r.error}"
     if outcome.stalled is not None:

@@ -7,7 +7,7 @@ The file is TOML (`conformance/divergences.toml` by default), one table per entr
     level = "schedule"      # the weakest level this divergence breaks
     reason = "why we accept it, with a link"
 
-An entry may name the pair of systems it is about, as specs (`conformance.specs`; order and
+An entry may name the pair of systems it is about, as specs (`conformance.systems.specs`; order and
 spelling do not matter, ``upstream`` and ``upstream-0.32.0`` are one system)::
 
     [[divergence]]
@@ -33,10 +33,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.errors import UserError
+from conformance.paths import DIVERGENCES_TOML
 from conformance.sched.compare import LEVELS, Divergence, stricter_or_equal
+from vtwin.errors import UserError
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "divergences.toml"
+DEFAULT_PATH = DIVERGENCES_TOML
 _KEYS = frozenset({"id", "level", "reason"})
 _OPTIONAL = frozenset({"systems"})
 
@@ -102,7 +103,7 @@ def load_known(path: Path) -> tuple[KnownDivergence, ...]:
 def _canonical(spec: str) -> str:
     """A spec as one string whatever its spelling (`upstream-0.32.0` is `upstream`; the twin
     is `impl` whichever release it follows: the pair's other side says which)."""
-    from conformance.specs import parse_spec
+    from conformance.systems.specs import parse_spec
 
     parsed = parse_spec(spec)
     version = None if parsed.kind == "impl" else parsed.version

@@ -23,7 +23,8 @@ from conformance.sched.arrivals import Arrivals
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
-from conformance.sched.system import (
+from conformance.sched.transfers import TransferWorker
+from conformance.systems.protocol import (
     BlockCounts,
     BlockIds,
     CacheEvent,
@@ -34,7 +35,6 @@ from conformance.sched.system import (
     SystemState,
     Update,
 )
-from conformance.sched.transfers import TransferWorker
 from workloads.model import Workload
 
 BATCH_QUEUE_DEPTH = 2

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from conformance.sched.system import SystemState
+from conformance.systems.protocol import SystemState
 from workloads.model import Workload
 
 STALL_PATIENCE = 16

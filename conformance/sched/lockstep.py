@@ -31,10 +31,11 @@ from conformance.sched.activity import Activity
 from conformance.sched.compare import LEVELS, Comparer, Divergence
 from conformance.sched.driver import Driver, Step
 from conformance.sched.liveness import Stalled, describe_state
-from conformance.sched.proxy import WorkerDied
 from conformance.sched.record import StepRecord
-from conformance.sched.system import System, SystemFactory, SystemState, close_system
 from conformance.sched.trace import TraceWriter
+from conformance.systems.protocol import System, SystemFactory, SystemState, close_system
+from conformance.systems.registry import build_reason
+from conformance.systems.remote.proxy import WorkerDied
 from workloads.model import EngineConfig, Workload
 
 Progress = Callable[[str, int], None]
@@ -155,11 +156,14 @@ class LockstepResult:
     refused: str | None = None
     """Both systems refused the workload's config when built (each one's error): agreement,
     as a release that rejects a config is behaviour the twin must reproduce."""
+    unbuilt: str | None = None
+    """One system could not be built for the workload's config ("SYSTEM could not be built:
+    REASON"): an error of the setup, never a behaviour difference, and nothing was compared."""
 
     @property
     def level_reached(self) -> str | None:
         """The strictest level with no divergence (None: not even `schedule`, or an error)."""
-        if self.error is not None:
+        if self.error is not None or self.unbuilt is not None:
             return None
         diverged = {d.level for d in self.divergences}
         return next((level for level in LEVELS if level not in diverged), None)
@@ -206,7 +210,7 @@ def run_lockstep(
             return _refused_by_both(workload.name, names, built[0], built[1], started)
         for side, product in enumerate(built):
             if isinstance(product, Exception):
-                raise product
+                return _unbuilt(workload.name, names, side, product, started)
             systems.append(product)
             names[side] = product.name
         none_hashes = [getattr(s, "none_hash", None) for s in systems]
@@ -330,6 +334,16 @@ def _refused_by_both(workload: str, names: list[str], left: Exception, right: Ex
                           divergences=(), error=None, error_detail=None,
                           seconds=time.monotonic() - started, left_series=empty,
                           right_series=empty, refused=refusal)
+
+
+def _unbuilt(workload: str, names: list[str], side: int, err: Exception,
+             started: float) -> LockstepResult:
+    empty = Series.of([])
+    return LockstepResult(workload=workload, left=names[0], right=names[1], steps=0,
+                          divergences=(), error=None, error_detail=None,
+                          seconds=time.monotonic() - started, left_series=empty,
+                          right_series=empty,
+                          unbuilt=f"{names[side]} could not be built: {build_reason(err)}")
 
 
 def _stall_report(stalls: list[Stalled | None], systems: list[System]) -> StallReport:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.sched.record_connector import connector_fields, connector_json
-from conformance.sched.system import (
+from conformance.systems.protocol import (
     BlockCounts,
     BlockIds,
     CacheEvent,
@@ -147,7 +147,8 @@ class StepRecord:
             },
             "free_head": None if self.free_head is None else list(self.free_head),
             "cached_digest": self.cached_digest,
-            **connector_json(self),
+            **connector_json(self.transfers, self.external_hits, self.connector_report,
+                             self.cpu_blocks),
         }
 
     @staticmethod

@@ -4,17 +4,17 @@ connector, so records, traces and golden files of connector-less runs keep their
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
-from conformance.sched.system import BlockCounts, ConnectorReport, Transfers
-
-if TYPE_CHECKING:
-    from conformance.sched.record import StepRecord
+from conformance.systems.protocol import BlockCounts, ConnectorReport, Transfers
 
 
-def connector_json(record: StepRecord) -> dict[str, Any]:
+def connector_json(t: Transfers | None, external_hits: Iterable[tuple[str, int]],
+                   r: ConnectorReport | None, c: BlockCounts | None) -> dict[str, Any]:
+    """A `StepRecord`'s connector fields (transfers, external hits, the worker's report, the
+    CPU tier's counts) in JSON; the record passes them in, so this module never needs it."""
     out: dict[str, Any] = {}
-    t = record.transfers
     if t is not None:
         out["transfers"] = {
             "load_event": t.load_event, "load_blocks": [list(p) for p in t.load_blocks],
@@ -22,14 +22,12 @@ def connector_json(record: StepRecord) -> dict[str, Any]:
             "load_event_to_reqs": {str(e): list(r) for e, r in t.load_event_to_reqs},
             "need_flush": t.need_flush,
         }
-    if record.external_hits:
-        out["external_hits"] = dict(record.external_hits)
-    r = record.connector_report
+    if external_hits:
+        out["external_hits"] = dict(external_hits)
     if r is not None:
         out["connector_report"] = {"finished_loads": list(r.finished_loads),
                                    "finished_stores": list(r.finished_stores),
                                    "invalid_block_ids": list(r.invalid_block_ids)}
-    c = record.cpu_blocks
     if c is not None:
         out["cpu_blocks"] = {"active": c.active, "cached": c.cached, "empty": c.empty}
     return out

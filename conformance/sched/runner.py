@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conformance.sched.system import RunnerOutput, Scheduled
 from conformance.sched.token_model import TokenModel
+from conformance.systems.protocol import RunnerOutput, Scheduled
 from workloads.model import Workload
 
 STALE_DRAFT = 1

@@ -22,11 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from conformance.errors import UserError
+from conformance.paths import REGRESSIONS_DIR
 from conformance.sched.compare import Divergence
+from vtwin.errors import UserError
 from workloads import AbortSpec, KVCacheGroup, Workload, dump, dumps, list_workloads, load, loads
-
-REGRESSIONS_DIR = Path(__file__).resolve().parents[1] / "regressions"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from conformance.sched.driver import Step
-from conformance.sched.system import BlockCounts, CacheEvent, SystemState
+from conformance.systems.protocol import BlockCounts, CacheEvent, SystemState
 
 TRACE_FORMAT = "vtwin-sched-trace/1"
 

@@ -19,8 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.sched.impl_system import ImplSystem
-from conformance.sched.system import BlockIds, Scheduled
+from conformance.systems.protocol import BlockIds, Scheduled
+from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, RequestSpec
 
 LONG_PROMPT = 40

@@ -64,18 +64,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hypothesis example counts per test into junit (`conformance.hypothesis_counts`): the
+    """Hypothesis example counts per test into junit (`conformance.ci.hypothesis_counts`): the
     report index shows them per area."""
-    if not config.pluginmanager.has_plugin("conformance.hypothesis_counts"):
-        config.pluginmanager.import_plugin("conformance.hypothesis_counts")
+    if not config.pluginmanager.has_plugin("conformance.ci.hypothesis_counts"):
+        config.pluginmanager.import_plugin("conformance.ci.hypothesis_counts")
 
 
 # -- the reference system ------------------------------------------------------------------
 # The scheduler-level differential tests (suite, regressions, generated workloads) compare the
 # twin with `--against SPEC` (default `upstream`, the vLLM installed here; CI also runs them
 # with `--against vllm==0.33.0`, a worker under `vtwin env create`'s environment). The twin
-# follows that release (`conformance.specs.follow_release`). One reference system per session:
-# a worker starts once, not once per workload.
+# follows that release (`conformance.systems.specs.follow_release`). One reference system per
+# session: a worker starts once, not once per workload.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conformance.sched_cli import main
+from conformance.cli.conform import main
 from conformance.tests.test_sched_planted import FREE_ORDER
 from workloads import dump
 

@@ -14,22 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from conformance import envs
 from conformance.campaign.families import draw_config, family_names, parse_families, workload_for
 from conformance.campaign.report import render, throughput
 from conformance.campaign.shrink import Budget, ddmin, shrink
 from conformance.campaign.store import Store, merge
 from conformance.campaign.task import Comparison, Task, TaskResult, pair_signature, run_task
 from conformance.campaign.worker import ensure_env
-from conformance.campaign_cli import parse_seeds, parse_systems
-from conformance.errors import UserError
-from conformance.sched.system import resolve_system
+from conformance.cli.campaign import parse_seeds, parse_systems
+from conformance.systems.registry import resolve_system
+from conformance.systems.remote import envs
 from conformance.tests.campaign_planted import LONG_PROMPT
+from vtwin.errors import UserError
 from workloads import dumps, loads
 from workloads.model import Workload
 
 PLANTED = "conformance.tests.campaign_planted:planted"
-TWIN_AGAIN = "conformance.sched.impl_system:ImplSystem"
+TWIN_AGAIN = "conformance.systems.twin:ImplSystem"
 
 
 def test_every_family_draws_the_same_valid_workload_twice() -> None:

@@ -17,19 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from conformance.campaign.driver import Plan, run_campaign
+from conformance.campaign.driver import run_campaign
+from conformance.campaign.plan import Plan
 from conformance.campaign.store import Store
 from conformance.campaign.task import TaskResult
 from conformance.cli import main
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.system import resolve_system
+from conformance.systems.registry import resolve_system
 from conformance.tests.campaign_planted import HANG_FILE, LONG_PROMPT, TEST_DIR_ENV
 from workloads import load
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[campaign]'")
 
 PLANTED = "conformance.tests.campaign_planted:planted"
-TWIN_AGAIN = "conformance.sched.impl_system:ImplSystem"
+TWIN_AGAIN = "conformance.systems.twin:ImplSystem"
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +139,24 @@ def test_killed_worker_loses_no_result(local_ray: Path, tmp_path: Path, hanging:
     assert summary.tasks == 4 and [(row["seed"], row["outcome"]) for row in rows] == [
         (0, "passed"), (1, "passed"), (2, "passed"), (3, "passed")]
     assert killed[0] not in {row["pid"] for row in rows}  # its task came back from a retry
+
+
+def test_start_up_is_not_charged_to_the_budget(local_ray: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers that take longer to start than the whole budget still get the budget: the
+    clock starts once they are up (on a loaded machine start-up alone once ate a 1-minute
+    campaign, which then judged nothing and passed)."""
+    from conformance.campaign import driver
+
+    real = driver.start_workers
+
+    def slow_start(plan: Plan) -> object:
+        time.sleep(4.0)  # longer than the 3-second budget below
+        return real(plan)
+
+    monkeypatch.setattr(driver, "start_workers", slow_start)
+    plan = Plan(("impl", TWIN_AGAIN), ("decode-heavy",), tmp_path, minutes=0.05, workers=2)
+    summary = run_campaign(plan)
+    assert summary.startup_seconds >= 4.0
+    assert summary.tasks >= 1, "the budget was spent on start-up"
+    assert summary.too_little(plan.minutes) is None or summary.tasks < 2

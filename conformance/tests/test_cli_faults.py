@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli, sched_cli
-from conformance.sched_cli import main
+from conformance import cli
+from conformance.cli import conform as sched_cli
+from conformance.cli.conform import main
 from workloads import dump, load
 
 IMPL = ["--system", "impl", "--against", "impl"]

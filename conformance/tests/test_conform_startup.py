@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.sched.conform import run_conform
-from conformance.sched.impl_system import ImplSystem
+from conformance.systems.twin import ImplSystem
 
 DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "sjf-demo.jsonl")
 SPEC = "conformance.tests.test_conform_startup:SLOW_START"

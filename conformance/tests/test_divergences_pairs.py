@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import UserError
+from conformance.cli.conform import main
 from conformance.sched.divergences import load_known
-from conformance.sched_cli import main
+from vtwin.errors import UserError
 
 VARIANT = "conformance.tests.test_drift:PlantedImpl"  # num_common_prefix_blocks from step 0
 ENTRY = ('[[divergence]]\nid = "decode-heavy:num_common_prefix_blocks"\nlevel = "renamed"\n'

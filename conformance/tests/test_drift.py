@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from conformance.cli import main
-from conformance.drift import drift_workload
-from conformance.drift_cli import PROBES_DIR, default_workloads, run_drift
+from conformance.drift.diff import drift_workload
+from conformance.drift.run import PROBES_DIR, default_workloads, run_drift
 from conformance.sched.divergences import load_known
-from conformance.sched.impl_system import ImplSystem
-from conformance.sched.system import RunnerOutput, Scheduled, Update
+from conformance.systems.protocol import RunnerOutput, Scheduled, Update
+from conformance.systems.twin import ImplSystem
 from conformance.tests.test_sched_planted import FREE_ORDER, ForwardFreeImpl
 from workloads import dump, load
 

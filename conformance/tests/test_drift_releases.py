@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.drift_cli import run_drift
+from conformance.drift.run import run_drift
 from conformance.tests.reference import needs_reference
 
 pytestmark = pytest.mark.oracle

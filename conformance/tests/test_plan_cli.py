@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import plan_compare
 from conformance.cli import main
-from conformance.plan_cli import parse_memory
+from conformance.cli.plan import parse_memory
+from conformance.plan import compare as plan_compare
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

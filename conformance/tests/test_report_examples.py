@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.hypothesis_counts import counts_of
-from conformance.report import CaseResult, area_of, read_junit, render_html
+from conformance.ci.hypothesis_counts import counts_of
+from conformance.ci.report import CaseResult, area_of, read_junit, render_html
 
 TINY = '''
 from hypothesis import assume, given, settings, strategies as st
@@ -39,7 +39,7 @@ def test_counts_reach_junit(tmp_path: Path, workers: list[str]) -> None:
     (tmp_path / "test_tiny.py").write_text(TINY)
     junit = tmp_path / "junit.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
-                    "-p", "conformance.hypothesis_counts", f"--junitxml={junit}",
+                    "-p", "conformance.ci.hypothesis_counts", f"--junitxml={junit}",
                     "test_tiny.py"], cwd=tmp_path, check=True, capture_output=True, timeout=120)
     counted = {r.name: (r.examples, r.invalid is not None and r.invalid > 0)
                for r in read_junit(junit)}
@@ -55,7 +55,7 @@ def test_counts_skip_shrinking_and_count_failures() -> None:
 
 
 def test_the_conformance_tests_load_the_plugin(request: pytest.FixtureRequest) -> None:
-    assert request.config.pluginmanager.has_plugin("conformance.hypothesis_counts")
+    assert request.config.pluginmanager.has_plugin("conformance.ci.hypothesis_counts")
 
 
 def test_the_index_shows_examples_and_checks_per_area() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from conformance.sched.html_charts import plotly_js
-from conformance.sched_cli import main
+from conformance.cli.conform import main
+from conformance.sched.report.charts import plotly_js
 from conformance.tests.test_sched_planted import FREE_ORDER
 from workloads import dump
 
@@ -106,7 +106,7 @@ def test_suite_entries_show_what_they_cover_not_their_base(
 
 
 def test_cached_ids_read_as_runs() -> None:
-    from conformance.sched.html_timeline import ranges
+    from conformance.sched.report.timeline import ranges
     from conformance.sched.trace import id_ranges, parse_id_ranges
 
     assert ranges([9, 3, 4, 5, 12, 7, 8]) == "3-5, 7-9, 12"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from conformance.cli.conform import main
 from conformance.sched.conform import upstream_logs
-from conformance.sched.impl_system import ImplSystem
-from conformance.sched_cli import main
+from conformance.systems.twin import ImplSystem
 
 
 def noisy(config: Any) -> ImplSystem:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import report as tests_report
-from conformance.sched_cli import main
+from conformance.ci import report as tests_report
+from conformance.cli.conform import main
 
 IMPL = ["--system", "impl", "--against", "impl"]
 JUNIT = """<testsuite><testcase classname="conformance.tests.test_kv_differential"

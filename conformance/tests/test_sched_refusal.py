@@ -8,9 +8,9 @@ from __future__ import annotations
 from functools import partial
 
 from conformance.sched.conform import judge
-from conformance.sched.impl_system import ImplSystem
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.system import System
+from conformance.systems.protocol import System
+from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, KVCacheGroup, RequestSpec, Workload
 
 MAMBA = EngineConfig(block_size=16, num_blocks=33, max_num_seqs=4, max_num_batched_tokens=64,

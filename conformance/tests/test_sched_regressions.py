@@ -9,16 +9,17 @@ from typing import Any
 
 import pytest
 
-import conformance.sched_cli as sched_cli
-from conformance.errors import UserError
+import conformance.cli.conform as sched_cli
+from conformance.cli.conform import main
+from conformance.paths import REGRESSIONS_DIR
 from conformance.sched import suite
 from conformance.sched.conform import ConformRun, run_conform
-from conformance.sched.impl_system import ImplSystem
 from conformance.sched.lockstep import run_lockstep
 from conformance.sched.suite import gate_workloads, regression_files, write_regression
-from conformance.sched_cli import main
+from conformance.systems.twin import ImplSystem
 from conformance.tests.test_sched_liveness import OVERSIZED
 from conformance.tests.test_sched_planted import FREE_ORDER, ForwardFreeImpl
+from vtwin.errors import UserError
 from workloads import dump, load
 
 VARIANT = "conformance.tests.test_sched_planted:ForwardFreeImpl"
@@ -77,7 +78,7 @@ def test_gate_workloads_are_the_suite_then_every_regression_file(tmp_path: Path)
 
 
 def test_the_bundled_regressions_directory_loads() -> None:
-    assert (suite.REGRESSIONS_DIR / "README.md").is_file()
+    assert (REGRESSIONS_DIR / "README.md").is_file()
     for name in regression_files():
         load(name)
 

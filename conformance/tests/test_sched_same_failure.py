@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from conformance.campaign.task import SAME_FAILURE, classify, compare_runs, record_run
-from conformance.record_cli import Recorded, compare_recorded
 from conformance.sched import failures
 from conformance.sched.conform import judge
 from conformance.sched.driver import Driver
-from conformance.sched.impl_system import ImplSystem
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.proxy import remote_error
-from conformance.sched.system import Scheduled, System
+from conformance.sched.recorded import Recorded, compare_recorded
+from conformance.systems.protocol import Scheduled, System
+from conformance.systems.remote.proxy import remote_error
+from conformance.systems.twin import ImplSystem
 from vtwin.errors import IntegrityError, ReleaseCheckFailed
 from workloads import load
 from workloads.model import EngineConfig, Workload

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from conformance.sched.runner import FakeRunner
-from conformance.sched.system import CachedRequest, NewRequest, Scheduled
 from conformance.sched.token_model import TokenModel
+from conformance.systems.protocol import CachedRequest, NewRequest, Scheduled
 from workloads.model import EngineConfig, PlanSpec, RequestSpec, Workload
 
 EOS, STOP = 2, 13

@@ -1,7 +1,7 @@
 """Per-step traces are deterministic: byte-identical across processes for one PYTHONHASHSEED,
 and identical but for the block hash values across PYTHONHASHSEED values.
 
-Each case runs `python -m conformance.sched_cli conform --traces` in fresh processes and
+Each case runs `python -m conformance.cli.conform conform --traces` in fresh processes and
 compares every trace file. The workloads have what hash seeds could leak through: sets
 upstream keeps (finished and preempted ids), priority ties, aborts. The hash values themselves
 legitimately follow PYTHONHASHSEED (each system derives NONE_HASH from it), so across seeds
@@ -29,7 +29,7 @@ def traces(tmp_path: Path, seed: str, against: str, names: list[str]) -> dict[st
     out = tmp_path / f"seed-{seed}"
     env = dict(os.environ, PYTHONHASHSEED=seed, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING")
-    args = [sys.executable, "-m", "conformance.sched_cli", "conform", "--system", "impl",
+    args = [sys.executable, "-m", "conformance.cli.conform", "conform", "--system", "impl",
             "--against", against, "--level", "schedule", "--traces", "--report", str(out)]
     for name in names:
         args += ["--workload", name]

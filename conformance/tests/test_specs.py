@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from conformance.errors import UserError
-from conformance.sched.impl_system import ImplSystem
-from conformance.specs import (
-    check_protocol,
-    factory_for,
-    follow_release,
-    parse_spec,
-    spec_release,
-)
+from conformance.systems.registry import check_protocol, factory_for
+from conformance.systems.specs import follow_release, parse_spec, spec_release
+from conformance.systems.twin import ImplSystem
+from vtwin.errors import UserError
 from workloads.model import EngineConfig
 
 
@@ -105,7 +100,7 @@ def test_a_release_without_its_env_names_the_command(tmp_path: Path,
     with pytest.raises(UserError, match=r"run `vtwin env create 'vllm==9\.9\.9'`"):
         factory_for(parse_spec("vllm==9.9.9"))
     (tmp_path / "envs" / "vllm-9.9.9").mkdir(parents=True)  # a failed build: no marker
-    from conformance.envs import create, list_envs
+    from conformance.systems.remote.envs import create, list_envs
 
     assert [(r["spec"], r["status"]) for r in list_envs()] == [("vllm-9.9.9", "incomplete")]
     with pytest.raises(UserError, match="needs no environment"):

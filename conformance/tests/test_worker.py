@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.envs import env_dir, env_info
 from conformance.sched.lockstep import run_lockstep
-from conformance.sched.proxy import ProxySystem, RemoteError, WorkerDied
 from conformance.sched.suite import resolve_workload
-from conformance.sched.system import RunnerOutput, Scheduled, close_system, resolve_system
-from conformance.specs import parse_spec
+from conformance.systems.protocol import RunnerOutput, Scheduled, close_system
+from conformance.systems.registry import resolve_system
+from conformance.systems.remote.envs import env_dir, env_info
+from conformance.systems.remote.proxy import ProxySystem, RemoteError, WorkerDied
+from conformance.systems.specs import parse_spec
 
 
 @pytest.mark.parametrize("workload", ["spec-decode-async", "preemption-storm",

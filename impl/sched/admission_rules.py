@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
-from impl.behaviour import Behaviour
-from impl.sched.config import SchedulerConfig
-from impl.sched.request import Request
+from impl.sched.state import SchedulerState
 from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
@@ -21,12 +19,7 @@ if TYPE_CHECKING:
 
 
 @trait
-class AdmissionRules:
-    scheduler_config: SchedulerConfig
-    running: list[Request]
-    behaviour: Behaviour
-    num_spec_tokens: int
-    max_model_len: int
+class AdmissionRules(SchedulerState):
 
     def _loras_in_use(self, plan: StepPlan) -> set[str] | None:
         """The adapters admission must stay within (`max_loras`; None: no limit). 0.32 counts

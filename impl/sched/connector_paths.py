@@ -21,34 +21,23 @@ What changes when a connector is configured:
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.types import KVConnectorOutput
 from impl.core.block import KVCacheBlock
-from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request, RequestStatus
-
-if TYPE_CHECKING:
-    from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+from impl.sched.state import SchedulerState
 
 
 @trait
-class ConnectorPaths:
-    kv_cache_manager: KVCacheManager
-    requests: dict[str, Request]
-    running: list[Request]
-    kv_holding_waiting: FCFSRequestQueue | PriorityRequestQueue
-    num_spec_tokens: int
-    num_lookahead_tokens: int
-    max_model_len: int
-    scheduler_config: SchedulerConfig
-    deferred_waiting: set[str]
+class ConnectorPaths(SchedulerState):
 
     def _setup_connector(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         settings = config.kv_connector

@@ -25,19 +25,16 @@ not yet taken up name only requests still waiting for their load (an abort drops
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from impl.sched.request import Request, RequestStatus
+from impl.sched.state import SchedulerState
 from vtwin.errors import IntegrityError
-
-if TYPE_CHECKING:
-    from impl.sched.updates import SchedulerUpdates
 
 _WAITING_STATUSES = frozenset({RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS,
                                RequestStatus.PREEMPTED})
 
 
-def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
+def check_scheduler_integrity(scheduler: SchedulerState) -> None:
     """Raise `IntegrityError` naming the first broken invariant (then check the KV cache)."""
     places: dict[str, str] = {}
     _place(places, scheduler.running, "running")
@@ -85,7 +82,7 @@ def check_scheduler_integrity(scheduler: SchedulerUpdates) -> None:
     manager.check_integrity(extra)
 
 
-def _check_reported_loads(scheduler: SchedulerUpdates, places: dict[str, str]) -> None:
+def _check_reported_loads(scheduler: SchedulerState, places: dict[str, str]) -> None:
     """Loads the worker reported finished or failed wait in two sets until the waiting request
     is looked at again; an id there whose request left the queue (aborted, say) would make a
     later request under the same id look loaded."""
@@ -99,7 +96,7 @@ def _check_reported_loads(scheduler: SchedulerUpdates, places: dict[str, str]) -
                                      "a request waiting for its load")
 
 
-def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]:
+def _check_pins(scheduler: SchedulerState, places: dict[str, str]) -> set[str]:
     """Pins (continuum) are finished requests kept in `requests` with their blocks, in no
     queue, at most one per job, none past its expiry (the step's start released those)."""
     policy = scheduler.continuum
@@ -125,7 +122,7 @@ def _check_pins(scheduler: SchedulerUpdates, places: dict[str, str]) -> set[str]
     return pinned
 
 
-def _loading_finished(scheduler: SchedulerUpdates) -> set[str]:
+def _loading_finished(scheduler: SchedulerState) -> set[str]:
     """Finished requests whose load is still in flight: they keep their blocks (and their
     place in `requests`) until the worker reports the load."""
     connector = getattr(scheduler, "connector", None)

@@ -12,27 +12,17 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
-from impl.core.kv_cache_manager import KVCacheManager
 from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.request import Request, RequestStatus
 
 if TYPE_CHECKING:
-    from impl.sched.continuum.policy import ContinuumPolicy
-    from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+    pass
 
 
 @trait
 class Preemption(ConnectorPaths):
     """Preemption frees through the connector paths (`_free_request_blocks` holds a
     victim's blocks back while a step in flight still writes them), hence the base."""
-
-    running: list[Request]
-    policy: str
-    continuum: ContinuumPolicy | None
-    kv_cache_manager: KVCacheManager
-    waiting: FCFSRequestQueue | PriorityRequestQueue
-    inflight_prefills: dict[str, Request]
-    num_preemptions: int
 
     def _victim_index(self, index: int) -> int:
         """Where in `running` the request to preempt sits. FCFS: the last admitted. Priority:

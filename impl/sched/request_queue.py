@@ -100,13 +100,3 @@ class PriorityRequestQueue:
         return (entry[-1] for entry in sorted(self._heap))
 
 
-def create_request_queue(policy: str) -> FCFSRequestQueue | PriorityRequestQueue:
-    if policy == "priority":
-        return PriorityRequestQueue()
-    if policy == "fcfs":
-        return FCFSRequestQueue()
-    if policy == "continuum":  # FCFS with warm jobs first (imported here: it builds on FCFS)
-        from impl.sched.continuum.queue import ContinuumRequestQueue
-
-        return ContinuumRequestQueue()
-    raise ValueError(f"policy: unknown scheduling policy {policy!r}")

@@ -16,10 +16,8 @@ from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission_rules import AdmissionRules
 from impl.sched.config import SchedulerConfig, check_mamba_caching
-from impl.sched.continuum import trace_points
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
-from impl.sched.continuum.tracer import Tracer
 from impl.sched.make_output import make_output
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import (
@@ -28,9 +26,11 @@ from impl.sched.output import (
 )
 from impl.sched.preemption import Preemption
 from impl.sched.prefill_cadence import PrefillCadence
+from impl.sched.queues import create_request_queue
 from impl.sched.request import Request, RequestStatus
-from impl.sched.request_queue import create_request_queue
 from impl.sched.step_plan import StepPlan
+from impl.sched.tracing import points as trace_points
+from impl.sched.tracing.tracer import Tracer
 from impl.sched.updates import SchedulerUpdates
 
 

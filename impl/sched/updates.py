@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
-from impl.behaviour import Behaviour
-from impl.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from impl.core.kv_cache_manager import PrefixCacheStats
 from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
@@ -17,8 +16,7 @@ from impl.sched.request import Request, RequestStatus
 from impl.sched.stop import check_stop
 
 if TYPE_CHECKING:
-    from impl.sched.continuum.policy import ContinuumPolicy
-    from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,27 +32,6 @@ class SchedulerStats:
 class SchedulerUpdates(ConnectorPaths):
     """Applying a step's output: finished loads, invalid blocks and deferred frees go through
     the connector paths first, hence the base."""
-
-    requests: dict[str, Request]
-    running: list[Request]
-    waiting: FCFSRequestQueue | PriorityRequestQueue
-    kv_holding_waiting: FCFSRequestQueue | PriorityRequestQueue
-    finished_req_ids: set[str]
-    kv_cache_manager: KVCacheManager
-    max_model_len: int
-    max_num_running_reqs: int
-    num_spec_tokens: int
-    behaviour: Behaviour
-    deferred_waiting: set[str]
-    continuum: ContinuumPolicy | None
-    # The connector paths (`impl.sched.connector_paths.ConnectorPaths`).
-    has_connector: bool
-    defer_block_free: bool
-    processed_step_seq: int
-    recompute_kv_load_failures: bool
-    finished_recving_kv_req_ids: set[str]
-    failed_recving_kv_req_ids: set[str]
-    inflight_prefills: dict[str, Request]
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:

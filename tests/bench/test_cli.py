@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import bench_cli
 from conformance.bench import quick
 from conformance.bench.measure import Result
-from conformance.errors import UserError
+from conformance.cli import bench as bench_cli
+from vtwin.errors import UserError
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -75,7 +75,7 @@ def test_selection_by_glob_or_substring() -> None:
 def test_harness_imports_without_vllm() -> None:
     """Importing every harness module and listing the cases must not import vLLM."""
     code = ("import sys\n"
-            "import conformance.bench_cli, conformance.bench.quick, conformance.bench.report\n"
+            "import conformance.cli.bench, conformance.bench.quick, conformance.bench.report\n"
             "conformance.bench.quick.all_cases()\n"
             "assert 'vllm' not in sys.modules, 'vllm was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

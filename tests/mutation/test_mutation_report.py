@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import UserError
 from conformance.mutation.equivalents import DEFAULT_PATH, Equivalent, load_equivalents
 from conformance.mutation.report import judge, to_html, write_report
 from conformance.mutation.results import KILLED, NOT_RUN, SURVIVED, Mutant, read_mutants
 from conformance.mutation.run import main, record_run, reset_survivors, total_minutes
+from vtwin.errors import UserError
 
 SOURCE = '''"""A module."""
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import UserError
 from conformance.mutation.sync import source_paths, sync_copies
+from vtwin.errors import UserError
 
 
 def write(path: Path, text: str) -> None:

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the model runner needs torch")
 pytest.importorskip("transformers", reason="the Hugging Face reference needs transformers")
 
+from conformance.cli import generate as runner_cli  # noqa: E402
 from conformance.runner.logits import paged_logits  # noqa: E402
-from impl import runner_cli  # noqa: E402
 from impl.core.specs import (  # noqa: E402
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("torch", reason="the model runner needs torch")
 
-from conformance.errors import UserError  # noqa: E402
-from impl import runner_cli  # noqa: E402
+from conformance.cli import generate as runner_cli
+from vtwin.errors import UserError  # noqa: E402
 
 
 def _run(*argv: str) -> int:
@@ -75,9 +75,9 @@ def test_bad_directories(tiny_model_dir: Path, tmp_path: Path) -> None:
 def test_through_the_vtwin_entry_point(tiny_model_dir: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     """`vtwin generate` is registered, prints the one-line error and exits 2."""
-    from conformance import cli
+    from conformance.cli import app as cli
 
-    assert "impl.runner_cli" in cli.SUBCOMMAND_MODULES
+    assert "conformance.cli.generate" in cli.SUBCOMMAND_MODULES
     assert cli.main(["generate", "--model", str(tiny_model_dir / "nope"),
                      "--prompt-ids", "1"]) == 2
     err = capsys.readouterr().err.strip()

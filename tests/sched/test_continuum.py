@@ -13,9 +13,9 @@ from impl.sched.continuum.estimator import ToolCallEstimator
 from impl.sched.continuum.policy import ContinuumPolicy, Pin
 from impl.sched.continuum.queue import ContinuumRequestQueue
 from impl.sched.continuum.settings import ContinuumSettings
-from impl.sched.continuum.tracer import PrefixCacheEvent, StepDecision, StepSnapshot, Tracer
 from impl.sched.request import Request, RequestStatus
 from impl.sched.scheduler import Scheduler
+from impl.sched.tracing.tracer import PrefixCacheEvent, StepDecision, StepSnapshot, Tracer
 from tests.sched.helpers import make_request, make_scheduler, step
 from vtwin.errors import IntegrityError
 

@@ -1,4 +1,4 @@
-"""`vtwin workloads ...` through `conformance.cli.main`: exit codes and output."""
+"""`vtwin workloads ...` through `conformance.cli.app`: exit codes and output."""
 
 from __future__ import annotations
 

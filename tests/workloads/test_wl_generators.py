@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads import FAMILIES, Workload, dumps, generate, loads, prefix_sharing
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads.generators import (
     agentic,
     bursty,

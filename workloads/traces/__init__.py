@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads.model import Workload
 from workloads.traces import azure, mooncake
 from workloads.traces.replay import ReplayOptions

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from conformance.errors import UserError
+from vtwin.errors import UserError
 from workloads.generators.common import EOS_TOKEN_ID, WorkloadBuilder
 from workloads.model import EngineConfig, Segment, Workload
 

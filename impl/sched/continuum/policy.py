@@ -16,7 +16,7 @@ A pinned request is finished, in no queue, still in the scheduler's `requests` a
 holding its blocks; one job holds at most one pin (a newer turn's pin releases the older).
 
 The victim rule differs from the seed in one case, for the same reason as the rebuilt fork
-(`conformance/sched/continuum_fork.py`): candidates are the running requests from the one
+(`conformance/systems/continuum/fork.py`): candidates are the running requests from the one
 being scheduled onwards. The seed takes the last unpinned request anywhere in `running`, which
 can be one this step already scheduled; it then stays in the step's output while preempted
 (the over-count the fork's change 9 turns from an assert into a warning).

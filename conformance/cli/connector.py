@@ -1,0 +1,50 @@
+"""`vtwin connector-check`: a KV connector's scheduler side under upstream's scheduler, with
+the contract checked after every call (`conformance.connector.check`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_CONNECTOR = ("vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector"
+                     ":SimpleCPUOffloadConnector")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = subparsers.add_parser(
+        "connector-check", help="run a KV connector through upstream's scheduler and check "
+                                "the connector contract (promises, loads, leaks)",
+        description="Plug a KV connector class into upstream vLLM's scheduler, run workloads "
+                    "with the GPU pool cut so prefixes come back from the connector, and "
+                    "report every contract violation (one line each); exit 1 if any.")
+    check.add_argument("--connector", default=DEFAULT_CONNECTOR, metavar="MODULE:CLASS",
+                       help="the connector class (default: upstream's SimpleCPUOffloadConnector)")
+    check.add_argument("--workload", action="append", metavar="NAME|FILE", dest="workloads",
+                       help="suite entries, bundled workloads or files (default: multi-turn, "
+                            "offload-sessions, preemption-storm)")
+    check.add_argument("--load-latency", type=int, default=1, metavar="STEPS",
+                       help="steps a load takes (default 1)")
+    check.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from conformance.connector.check import check_connector
+    from conformance.sched.offload_suite import with_offload
+    from conformance.sched.suite import resolve_workload
+
+    names = args.workloads or ["multi-turn", "offload-sessions", "preemption-storm"]
+    dirty = 0
+    for name in names:
+        workload, _ = resolve_workload(name)
+        if workload.config.kv_connector is None:
+            workload = with_offload(workload, "eager")
+        report = check_connector(args.connector, workload,
+                                 load_latency_steps=args.load_latency)
+        calls = ", ".join(f"{k} {v}" for k, v in sorted(report.calls.items()))
+        verdict = "clean" if report.clean else f"{len(report.violations)} violation(s)"
+        print(f"vtwin connector-check: {workload.name}: {report.steps} steps, {verdict} "
+              f"({calls})", file=sys.stderr)
+        for line in report.violations[:20]:
+            print(f"  {line}", file=sys.stderr)
+        dirty += not report.clean
+    return 1 if dirty else 0

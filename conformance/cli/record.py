@@ -1,0 +1,144 @@
+"""``vtwin env``, ``vtwin record`` and ``vtwin compare``: any vLLM as a system, one at a time.
+
+``vtwin env create SPEC`` builds a release's managed environment once
+(`conformance.systems.remote.envs`);
+``vtwin env list`` shows them. ``vtwin record --system SPEC --workload W -o W.trace.jsonl`` runs
+one system alone to the end and writes its trace (the lockstep trace format, plus a settings
+line after the header with the system's NONE_HASH and the workload's config, and an end line
+saying how the run ended). ``vtwin compare A B --level L`` compares two recorded runs offline
+with the lockstep comparer, at every level at once, and prints the verdict line `vtwin conform`
+prints (``--json OUT`` writes the same per-workload JSON as its report). Recording lets two
+systems that cannot run side by side (two releases on two machines, a run from last month) be
+compared; the trace files are the only thing they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from conformance.sched.compare import LEVELS, check_level
+from conformance.sched.conform import WorkloadOutcome, _line, judge
+from conformance.sched.recorded import compare_recorded, read_recorded, record_run
+from vtwin.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    env = subparsers.add_parser("env", help="managed environments for other vLLM releases",
+                                description="Build or list the virtualenvs that run other vLLM "
+                                            "releases (specs vllm==X.Y.Z, vllm@PATH).")
+    actions = env.add_subparsers(dest="env_command", metavar="ACTION")
+    create = actions.add_parser("create", help="build the environment of a spec (once)")
+    create.add_argument("spec", metavar="SPEC", help="vllm==X.Y.Z or vllm@PATH")
+    create.add_argument("--force", action="store_true", help="rebuild even if built")
+    create.add_argument("--verbose", action="store_true", help="show pip's own output")
+    create.set_defaults(handler=_env_create)
+    listing = actions.add_parser("list", help="the environments built (spec, path, vLLM, size)")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=_env_list)
+    env.set_defaults(handler=lambda _args: _help(env))
+
+    record = subparsers.add_parser(
+        "record", help="run one system alone on a workload and write its trace",
+        description="Run one system on one workload to the end; write a trace that "
+                    "`vtwin compare` can compare with another system's.")
+    record.add_argument("--system", default="impl", metavar="SPEC",
+                        help="a spec: impl, upstream, vllm==X.Y.Z, vllm@PATH, "
+                             "module:factory, SPEC+sched=module:Class, SPEC+worker "
+                             "(default impl)")
+    record.add_argument("--workload", required=True, metavar="NAME|FILE")
+    record.add_argument("-o", "--output", type=Path, required=True, metavar="OUT",
+                        help="the trace file (- for standard output)")
+    record.add_argument("--integrity-every", type=int, default=None, metavar="N")
+    record.add_argument("--max-steps", type=int, default=None, metavar="N")
+    record.set_defaults(handler=_record)
+
+    compare = subparsers.add_parser(
+        "compare", help="compare two recorded traces, as `vtwin conform` would",
+        description="Compare two traces from `vtwin record` step by step; exit 0 only if "
+                    "they agree at --level.")
+    compare.add_argument("left", type=Path, metavar="A.trace.jsonl")
+    compare.add_argument("right", type=Path, metavar="B.trace.jsonl")
+    compare.add_argument("--level", default="exact", metavar="LEVEL",
+                         help=f"one of {', '.join(LEVELS)} (default exact)")
+    compare.add_argument("--json", type=Path, metavar="OUT",
+                         help="write the verdict JSON here ('-' for stdout)")
+    compare.set_defaults(handler=_compare)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _env_create(args: argparse.Namespace) -> int:
+    from conformance.systems.remote.envs import create
+
+    create(args.spec, sys.stderr, force=args.force, verbose=args.verbose)
+    return 0
+
+
+def _env_list(args: argparse.Namespace) -> int:
+    from conformance.systems.remote.envs import cache_root, list_envs
+
+    rows = list_envs()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"no environments under {cache_root() / 'envs'} (vtwin env create vllm==X.Y.Z)")
+    for row in rows:
+        print(f"{row['spec']:<24} vllm {row['vllm'] or '-':<10} {row['size_mb']:>6} MB  "
+              f"{row['status']:<10} {row['path']}")
+    return 0
+
+
+# -- record -----------------------------------------------------------------------------------
+
+
+def _record(args: argparse.Namespace) -> int:
+    from conformance.sched.suite import resolve_workload
+
+    for flag, value in (("--integrity-every", args.integrity_every),
+                        ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be a positive integer, got {value}")
+    workload, every = resolve_workload(args.workload)
+    started = time.monotonic()
+    system_name, steps, end = record_run(args.system, workload, args.output,
+                                         integrity_every=args.integrity_every or every,
+                                         max_steps=args.max_steps)
+    print(f"vtwin record: {workload.name}: {steps} steps on {system_name}, {end['end']} "
+          f"({time.monotonic() - started:.1f}s) -> {args.output}", file=sys.stderr)
+    return 0 if end["end"] != "error" else 1
+
+
+# -- compare ----------------------------------------------------------------------------------
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from conformance.sched.report.writer import outcome_json
+
+    level = check_level(args.level)
+    left, right = read_recorded(args.left), read_recorded(args.right)
+    if left.workload != right.workload:
+        raise UserError(f"the traces record different workloads: {left.workload!r} "
+                        f"({args.left}) and {right.workload!r} ({args.right})")
+    result = compare_recorded(left, right)
+    verdict, _ = judge(result, level, ())
+    outcome = WorkloadOutcome(left.workload, "", 0, level, verdict, result, None)
+    line = f"vtwin compare: {_line(outcome)} ({left.system} vs {right.system})"
+    print(line, file=sys.stderr)
+    if args.json is not None:
+        data = {"left": {"system": left.system, "trace": str(args.left), "end": left.end},
+                "right": {"system": right.system, "trace": str(args.right), "end": right.end},
+                **outcome_json(outcome)}
+        text = json.dumps(data, indent=1, default=str)
+        if str(args.json) == "-":
+            print(text)
+        else:
+            args.json.write_text(text + "\n", encoding="utf-8")
+    return 0 if verdict == "passed" else 1

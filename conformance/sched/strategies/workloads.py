@@ -1,0 +1,234 @@
+"""Hypothesis strategies for whole workloads, small enough to run both systems per example.
+
+A generated workload stays within what upstream accepts (prompts fit `max_model_len`, chunked
+prefill off needs a budget of at least `max_model_len`, the pool holds one full-length request
+per group) but otherwise spans what users configure, not what was convenient:
+
+* KV layouts: full attention alone or with a sliding window (windows smaller than a block, a
+  block plus one or two tokens, several blocks), a sliding window alone (every layer slides),
+  full attention with chunked local attention or mamba (cache mode 'none' or 'align'), and the
+  three-type hybrids full + window + mamba and full + window + chunked; block sizes 16 and 32;
+  hash blocks smaller than the block size, hybrids included (not with mamba 'align');
+* budgets at their edges: tiny token budgets, chunked prefill off with the budget exactly
+  `max_model_len`, `max_num_seqs` from 1, requests whose prompt + output reach `max_model_len`;
+* LoRA adapters (two names, kept across a session's turns): hashes and events per adapter;
+* FCFS and priority (tiny pools force preemptions, including of requests already scheduled in
+  the same step), EOS / stop / min_tokens / ignore_eos, aborts at any time;
+* speculative decoding (uniform padding, drafts to requests still in prefill, EAGLE-style
+  lookahead slots) and async scheduling;
+* multi-turn sessions: a turn's prompt is the previous turn's prompt plus its output (computed
+  with the harness's token model) plus new tokens, so blocks filled by generated tokens are
+  hashed and hit later, after evictions that may leave holes in a cached run.
+
+Imported by tests only (it needs Hypothesis).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from conformance.sched.token_model import TokenModel
+from workloads.model import (
+    AbortSpec,
+    EngineConfig,
+    KVCacheGroup,
+    PlanSpec,
+    RequestSpec,
+    Workload,
+)
+
+EOS = 2
+STOP = 13
+LORAS = (None, None, None, "adapter-a", "adapter-b", "adapter-c")
+"""LoRA adapters: their names key the block hashes and KV events; `max_loras` (drawn per
+workload, 0 = no limit) makes admission skip a request whose adapter would exceed it."""
+LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
+           "window-alone")
+"""KV layouts by the groups they add to full attention ("full" twice: the common case);
+"window-alone" is a model whose every layer slides (one sliding-window group, no full one)."""
+
+
+def _window(draw: Any, block_size: int) -> KVCacheGroup:
+    # Off-grid windows: w - 1 just past a block boundary (block + 2) changes how many blocks a
+    # hit must keep (cdiv(w - 1, block)) from what w - 2 would give.
+    size = draw(st.sampled_from((block_size // 2, block_size, block_size + 1, block_size + 2,
+                                 2 * block_size + 1, 3 * block_size, 64)), label="window")
+    return KVCacheGroup("sliding_window", sliding_window=size)
+
+
+def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
+    layout = draw(st.sampled_from(LAYOUTS), label="layout")
+    if layout == "window-alone":
+        return (_window(draw, block_size),)
+    groups = [KVCacheGroup("full")]
+    if "window" in layout:
+        groups.append(_window(draw, block_size))
+    if "chunked" in layout:
+        chunk = draw(st.sampled_from((2 * block_size, 4 * block_size)), label="chunk")
+        groups.append(KVCacheGroup("chunked_local", attention_chunk_size=chunk))
+    if "mamba" in layout:
+        # 'align' (block-aligned chunks) twice as often: 0.33 refuses 'none' with caching on.
+        mode = draw(st.sampled_from((None, "align", "align")), label="mamba_cache_mode")
+        groups.append(KVCacheGroup("mamba", mamba_cache_mode=mode))
+    return tuple(groups)
+
+
+def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
+    """The twin runs mamba 'align' without spec decode and with hashes at the block size only
+    (it refuses the rest), so such configs draw neither."""
+    return any(g.mamba_cache_mode == "align" for g in groups)
+
+
+@st.composite
+def engine_configs(draw: Any) -> EngineConfig:
+    block_size = draw(st.sampled_from((16, 16, 32)), label="block_size")
+    max_model_len = draw(st.sampled_from((64, 128, 256)), label="max_model_len")
+    chunked = draw(st.booleans(), label="chunked_prefill")
+    max_num_seqs = draw(st.integers(1, 6), label="max_num_seqs")
+    if chunked:
+        budget = draw(st.sampled_from((8, 16, 17, 32, 64, 128, 256)), label="budget")
+    else:  # at the edge (exactly max_model_len) or past it
+        budget = max_model_len + draw(st.sampled_from((0, 0, 1, 64)), label="budget_extra")
+    budget = max(budget, max_num_seqs)
+    groups = _groups(draw, block_size)
+    # Every group of the one shared pool can hold a full-length request (plus a block of
+    # slack), or admission could wait forever on both systems alike.
+    min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
+    align = _mamba_align(groups)
+    spec = 0 if align else draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
+    # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
+    hash_block = None if len(groups) == 1 or align else draw(
+        st.sampled_from((None, None, block_size // 2)), label="hash_block_size")
+    return EngineConfig(
+        block_size=block_size,
+        num_blocks=draw(st.integers(min_blocks, min_blocks + 40), label="num_blocks"),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        # Not below 1 + num_spec_tokens with spec decode: vLLM 0.32 asserts when a padded
+        # decode (1 + k tokens) is then cut by the threshold (scheduler.py, pad_spec_decode;
+        # pinned by conformance/tests/test_upstream_bugs.py, which fails once upstream is fixed).
+        long_prefill_token_threshold=draw(
+            st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)), label="threshold"),
+        enable_chunked_prefill=chunked,
+        policy=draw(st.sampled_from(("fcfs", "priority")), label="policy"),
+        enable_prefix_caching=draw(st.booleans(), label="prefix_caching"),
+        hash_algo=draw(st.sampled_from(("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")),
+                       label="hash_algo"),
+        kv_cache_groups=groups,
+        num_spec_tokens=spec,
+        async_scheduling=draw(st.booleans(), label="async"),
+        hash_block_size=hash_block,
+        num_lookahead_tokens=draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0,
+        prefill_schedule_interval=draw(st.sampled_from((1, 1, 1, 2, 3)),
+                                       label="prefill_schedule_interval"),
+        max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
+    )
+
+
+def _prefixes(block_size: int) -> tuple[tuple[int, ...], ...]:
+    """Shared system prompts: 1.5, 3 and 2.5 blocks (aligned and not)."""
+    return (tuple(range(1000, 1000 + block_size * 3 // 2)),
+            tuple(range(2000, 2000 + block_size * 3)),
+            tuple(range(3000, 3000 + block_size * 5 // 2)))
+
+
+def turn_output(workload_so_far: Workload, request: RequestSpec, plan: PlanSpec | None,
+                max_model_len: int) -> tuple[int, ...]:
+    """The tokens `request` will generate (the token model's, up to its stop or length cap):
+    what a follow-up turn's prompt repeats after the previous prompt."""
+    probe = Workload("turn", "", workload_so_far.config, (request,),
+                     plans=() if plan is None else (plan,),
+                     token_seed=workload_so_far.token_seed)
+    model = TokenModel(probe)
+    out: list[int] = []
+    limit = min(request.max_tokens, max_model_len - request.prompt_len)
+    while len(out) < limit:
+        token = model.token(request.request_id, len(out))
+        out.append(token)
+        if (token == EOS and not request.ignore_eos) or token in request.stop_token_ids:
+            break
+    return tuple(out)
+
+
+@st.composite
+def request_specs(draw: Any, index: int, config: EngineConfig,
+                  previous: tuple[RequestSpec, ...], token_seed: int,
+                  plans: dict[str, PlanSpec]) -> RequestSpec:
+    rid = f"r{index}"
+    follow = previous and draw(st.integers(0, 3), label="follow_up") == 0
+    lora = draw(st.sampled_from(LORAS), label="lora")
+    if follow:
+        parent = draw(st.sampled_from(previous), label="parent")
+        lora = parent.lora_name  # a session keeps its adapter
+        history = Workload("so-far", "", config, (), token_seed=token_seed)
+        output = turn_output(history, parent, plans.get(parent.request_id),
+                             config.max_model_len)
+        fresh = tuple(5000 + 100 * index + i
+                      for i in range(draw(st.integers(1, 20), label="new_tokens")))
+        prompt = parent.prompt_token_ids + output + fresh
+        arrival = parent.arrival_step + draw(st.integers(0, 30), label="gap")
+    else:
+        prefix = draw(st.sampled_from(((), *_prefixes(config.block_size))), label="prefix")
+        filler = draw(st.integers(0 if prefix else 1, 60), label="filler")
+        prompt = prefix + tuple(5000 + 100 * index + i for i in range(filler))
+        arrival = draw(st.integers(0, 12), label="arrival")
+    prompt = prompt[: config.max_model_len - 1]
+    room = config.max_model_len - len(prompt)
+    if draw(st.integers(0, 4), label="fill_context") == 0:
+        max_tokens = room  # prompt + output reach max_model_len exactly
+    else:
+        max_tokens = min(draw(st.integers(1, 24), label="max_tokens"), room)
+    return RequestSpec(
+        request_id=rid,
+        arrival_step=arrival,
+        prompt_token_ids=prompt,
+        max_tokens=max_tokens,
+        min_tokens=draw(st.sampled_from((0, 0, 0, min(3, max_tokens))), label="min_tokens"),
+        stop_token_ids=draw(st.sampled_from(((), (), (STOP,))), label="stop"),
+        eos_token_id=EOS,
+        ignore_eos=draw(st.booleans()) and draw(st.booleans()),
+        priority=draw(st.integers(0, 2), label="priority"),
+        cache_salt=draw(st.sampled_from((None, None, None, "salt")), label="salt"),
+        lora_name=lora,
+    )
+
+
+def _plan(draw: Any, config: EngineConfig, request: RequestSpec) -> PlanSpec | None:
+    eos_at = draw(st.sampled_from((None, None, 0, 2, 7)), label="eos_at")
+    if eos_at is not None and eos_at >= request.max_tokens:
+        eos_at = None  # past the last output: the workload format rejects it
+    acceptance = None
+    if config.num_spec_tokens and draw(st.booleans(), label="planned_acceptance"):
+        acceptance = tuple(draw(st.lists(st.integers(0, config.num_spec_tokens), max_size=8),
+                                label="acceptance"))
+    if eos_at is None and acceptance is None:
+        return None
+    return PlanSpec(request.request_id, eos_at, acceptance)
+
+
+@st.composite
+def workloads(draw: Any, max_requests: int = 10) -> Workload:
+    config = draw(engine_configs())
+    token_seed = draw(st.integers(0, 3), label="token_seed")
+    count = draw(st.integers(1, max_requests), label="num_requests")
+    requests: list[RequestSpec] = []
+    plans: dict[str, PlanSpec] = {}
+    aborts = []
+    for index in range(count):
+        request = draw(request_specs(index, config, tuple(requests), token_seed, plans))
+        requests.append(request)
+        plan = _plan(draw, config, request)
+        if plan is not None:
+            plans[request.request_id] = plan
+        if draw(st.integers(0, 5), label="abort") == 0:
+            aborts.append(AbortSpec(request.request_id,
+                                    request.arrival_step + draw(st.integers(0, 10))))
+    return Workload(
+        name="hypothesis", description="generated by conformance.sched.strategies.workloads",
+        config=config, requests=tuple(sorted(requests, key=lambda r: r.arrival_step)),
+        plans=tuple(plans.values()), aborts=tuple(sorted(aborts, key=lambda a: a.step)),
+        token_seed=token_seed,
+    )

@@ -1,0 +1,286 @@
+"""The `System` protocol: one scheduler + KV cache behind the operations an engine core performs.
+
+Every scheduler under test (our twin, upstream vLLM 0.32.0, later upstream 0.19.1 or a user's
+fork) is wrapped in an adapter that speaks in the plain, canonical types below. The driver and
+the comparer only ever hold a `System`, so adding a version is adding an adapter and a registry
+entry. Adapters must make their answers deterministic: anything the scheduler keeps in a set
+(finished or preempted ids, resumed ids) comes back sorted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from workloads.model import EngineConfig, RequestSpec
+
+BlockIds = tuple[tuple[int, ...], ...]
+"""Block ids per KV-cache group, in group order."""
+
+
+def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
+    """Block ids per group as the records hold them (tuples: hashable, comparable)."""
+    return tuple(tuple(ids) for ids in per_group)
+
+
+def block_hashes_of(requests: Mapping[str, Any],
+                    since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+    """Block hashes (full hex) of each request in `since`, from index `since[id]` on, read from
+    a scheduler's `requests` map (impl's and upstream's requests both keep `block_hashes`).
+    Unknown requests and requests with nothing new are left out."""
+    hashes = {}
+    for rid, start in since.items():
+        request = requests.get(rid)
+        if request is not None and len(request.block_hashes) > start:
+            hashes[rid] = tuple(bytes(h).hex() for h in request.block_hashes[start:])
+    return hashes
+
+
+def block_tables_of(manager: Any, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+    """The whole non-empty block tables of `request_ids` from a KV-cache manager (impl's or
+    upstream's: both expose `get_block_ids(request_id)`)."""
+    tables = {}
+    for rid in request_ids:
+        ids = block_ids(manager.get_block_ids(rid))
+        if any(ids):
+            tables[rid] = ids
+    return tables
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequest:
+    """A request scheduled for the first time: prompt length, prefix-cache hit, first blocks."""
+
+    req_id: str
+    prompt_len: int
+    num_computed_tokens: int
+    block_ids: BlockIds
+
+
+@dataclass(frozen=True, slots=True)
+class CachedRequest:
+    """A request that was scheduled before: running, or resumed after a preemption."""
+
+    req_id: str
+    resumed: bool
+    num_computed_tokens: int
+    num_output_tokens: int
+    new_block_ids: BlockIds | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transfers:
+    """What a KV connector asks the worker to move in one step (seed 003): at most one load
+    and one store event (-1: none), each as (GPU block, CPU block) pairs in transfer order;
+    every load event still in flight with its requests (the worker reports loads by request);
+    `need_flush`: a preemption this step, so everything in flight must finish first."""
+
+    load_event: int
+    load_blocks: tuple[tuple[int, int], ...]
+    store_event: int
+    store_blocks: tuple[tuple[int, int], ...]
+    load_event_to_reqs: tuple[tuple[int, tuple[str, ...]], ...]
+    need_flush: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorReport:
+    """The worker's connector report for one step: requests whose loads finished (sorted),
+    store events finished (in completion order), GPU blocks whose load failed (sorted)."""
+
+    finished_loads: tuple[str, ...] = ()
+    finished_stores: tuple[int, ...] = ()
+    invalid_block_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One `schedule()` call made canonical. `native` is the adapter's own scheduler output,
+    handed back unchanged to `System.update`; it takes no part in comparisons."""
+
+    new_reqs: tuple[NewRequest, ...]
+    cached_reqs: tuple[CachedRequest, ...]
+    num_scheduled_tokens: tuple[tuple[str, int], ...]
+    total_num_scheduled_tokens: int
+    spec_tokens: tuple[tuple[str, tuple[int, ...]], ...]
+    finished_req_ids: tuple[str, ...]
+    preempted_req_ids: tuple[str, ...]
+    num_common_prefix_blocks: tuple[int, ...]
+    native: object = field(default=None, compare=False, repr=False)
+    transfers: Transfers | None = None  # None: no connector
+    external_hits: tuple[tuple[str, int], ...] = ()  # (request, tokens) taken from a connector
+
+    def scheduled_tokens(self) -> dict[str, int]:
+        return dict(self.num_scheduled_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOutput:
+    """What the (simulated) model runner returns for one scheduled step, in batch order."""
+
+    req_ids: tuple[str, ...]
+    sampled_token_ids: tuple[tuple[int, ...], ...]
+    connector: ConnectorReport | None = None  # the worker's transfer report (a connector's)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOutput:
+    """One request's share of `update_from_output`: tokens kept, and why it finished if it did.
+
+    `finish_reason` is one of "stop", "length", "abort", "error" or None.
+    """
+
+    req_id: str
+    new_token_ids: tuple[int, ...]
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Prefix-cache statistics accumulated since the previous `update` (upstream resets them)."""
+
+    requests: int
+    queries: int
+    hits: int
+    preempted_requests: int
+    preempted_queries: int
+    preempted_hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """What the scheduler reports to the engine's metrics after an update (the counts a
+    dashboard shows): requests running and waiting, and the share of usable blocks in use."""
+
+    num_running_reqs: int
+    num_waiting_reqs: int
+    kv_cache_usage: float
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    outputs: tuple[TokenOutput, ...]
+    prefix_cache: CacheStats | None
+    scheduler_stats: SchedulerStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCounts:
+    """Usable blocks split three ways (seed 003, section 8): `active` have ref_cnt > 0,
+    `cached` are free but still hold a prefix-cache hash, `empty` are free and hold nothing.
+    The null block is in none of them, so the three add up to num_blocks - 1."""
+
+    active: int
+    cached: int
+    empty: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """A prefix-cache event, canonical: kind is stored | removed | cleared; hashes in hex.
+
+    A stored event carries what a KV-event consumer (a router, an external index) keys on: the
+    tokens of the stored blocks, the block size and the LoRA adapter name, not only hashes."""
+
+    kind: str
+    group: int | None = None
+    block_hashes: tuple[str, ...] = ()
+    parent_hash: str | None = None
+    num_tokens: int = 0
+    token_ids: tuple[int, ...] = ()
+    block_size: int = 0
+    lora_name: str | None = None
+
+
+def external_hash(value: bytes | int) -> str:
+    """A block hash as KV events show it: upstream's default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
+    keeps the low 64 bits of the big-endian hash; 16 hex digits either way."""
+    if isinstance(value, bytes):
+        value = int.from_bytes(value, "big")
+    return f"{value & ((1 << 64) - 1):016x}"
+
+
+FREE_HEAD = 8
+"""Free-queue entries a snapshot keeps: the next blocks an allocation would take."""
+
+
+@dataclass(frozen=True, slots=True)
+class SystemState:
+    """Queues (in the order the scheduler would visit them) and block counts.
+
+    `free_head` (the first `FREE_HEAD` free block ids, in eviction order) and `cached_ids`
+    (sorted ids of the free blocks that still hold a prefix-cache hash: the `cached` count's
+    blocks) are for the divergence view's block timeline only, and optional: a system that
+    cannot see them leaves them None. They are never compared, so they add no observable the
+    lockstep levels would have to agree on."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    blocks: BlockCounts
+    free_head: tuple[int, ...] | None = None
+    cached_ids: tuple[int, ...] | None = None
+    cpu_blocks: BlockCounts | None = None
+    """The CPU offload tier's pool split the same three ways (None: no CPU tier)."""
+    pinned: tuple[str, ...] = ()
+    """Finished requests whose KV blocks a policy keeps (continuum pins), for liveness: a
+    run that only waits for pins to expire is waiting on a timer, not stalled."""
+
+
+@runtime_checkable
+class System(Protocol):
+    """A scheduler under test. One instance runs one workload, then is dropped.
+
+    `none_hash` is the parent hash of every first block (hex), derived the way the system
+    itself derives it (from PYTHONHASHSEED; unset: a fixed seed for the cryptographic hashes,
+    a random one per process for xxhash), so the harness compares the derivation too."""
+
+    name: str
+    none_hash: str
+
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None: ...
+
+    def abort(self, request_id: str) -> bool:
+        """Abort one request (FINISHED_ABORTED); False if it was unknown or already finished."""
+        ...
+
+    def has_requests(self) -> bool: ...
+
+    def schedule(self) -> Scheduled: ...
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update: ...
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None: ...
+
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        """Whole block tables of the given requests (those holding no blocks are left out)."""
+        ...
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        """Each request's block hashes (hex) from index `since[request_id]` on; requests
+        unknown or with no new hash are left out."""
+        ...
+
+    def state(self) -> SystemState: ...
+
+    def take_events(self) -> tuple[CacheEvent, ...]: ...
+
+    def check_integrity(self) -> None: ...
+
+
+SystemFactory = Callable[[EngineConfig], System]
+
+NEEDS_VLLM: frozenset[str] = frozenset({"upstream", "upstream-0.32.0"})
+"""Specs that import the vLLM installed in this process."""
+
+
+def close_system(system: object) -> None:
+    """Release a system. `close()` is optional: the protocol does not list it (a Protocol
+    member cannot have a default for classes that do not inherit from it), so in-process
+    systems without one keep working; worker proxies free their remote system with it."""
+    close = getattr(system, "close", None)
+    if callable(close):
+        close()
+
+

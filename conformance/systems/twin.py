@@ -1,0 +1,244 @@
+"""`ImplSystem`: the twin's scheduler (`impl.sched`) as a `System`.
+
+The twin mirrors upstream's names, so this adapter is thin: build its `SchedulerConfig` and
+`KVCacheConfig` from the workload's `EngineConfig`, derive NONE_HASH the twin's own way (from
+PYTHONHASHSEED, as upstream does; the harness compares the two), and read its outputs into the
+canonical records. Where the twin keeps sets (finished, preempted, resumed ids) the adapter
+sorts them, exactly as for upstream.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+from conformance.kv.family import group_shape
+from conformance.kv.systems import impl_spec
+from conformance.systems.connector import (
+    impl_connector_output,
+    offload_settings,
+    pool_counts,
+    transfers_of,
+)
+from conformance.systems.protocol import (
+    FREE_HEAD,
+    BlockCounts,
+    BlockIds,
+    CachedRequest,
+    CacheEvent,
+    CacheStats,
+    NewRequest,
+    RunnerOutput,
+    Scheduled,
+    SchedulerStats,
+    SystemState,
+    TokenOutput,
+    Update,
+    block_hashes_of,
+    block_ids,
+    block_tables_of,
+    external_hash,
+)
+from workloads.model import EngineConfig, RequestSpec
+
+
+def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
+                         release: str | None = None) -> Any:
+    """The twin's Scheduler (AsyncScheduler under async scheduling) for `config`, reproducing
+    `release` where releases differ (None: the twin's default, `impl.behaviour`)."""
+    from impl.behaviour import DEFAULT_BEHAVIOUR, behaviour_for
+    from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
+    from impl.sched.async_scheduler import AsyncScheduler
+    from impl.sched.config import SchedulerConfig
+    from impl.sched.scheduler import Scheduler
+
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        policy=config.policy,
+        num_spec_tokens=config.num_spec_tokens,
+        num_lookahead_tokens=config.num_lookahead_tokens,
+        prefill_schedule_interval=config.prefill_schedule_interval,
+        max_loras=config.max_loras,
+        async_scheduling=config.async_scheduling,
+        enable_prefix_caching=config.enable_prefix_caching,
+        hash_algo=config.hash_algo,
+        block_size=config.block_size,
+        hash_block_size=config.hash_block_size,
+        enable_kv_cache_events=True,  # events are compared, as upstream's are published
+        behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
+        continuum=continuum_settings(config),
+        kv_connector=offload_settings(config),
+    )
+    groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
+                   for i, g in enumerate(config.kv_cache_groups))
+    scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
+    return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
+                         none_hash=none_hash,
+                         log_stats=True)
+
+
+def continuum_settings(config: EngineConfig) -> Any:
+    """The twin's continuum settings (None: the policy is not continuum)."""
+    from impl.sched.continuum.settings import ContinuumSettings
+
+    c = config.continuum
+    if config.policy != "continuum":
+        return None
+    if c is None:
+        return ContinuumSettings()
+    return ContinuumSettings(c.ttl_ms, c.estimator, c.threshold_ms, c.step_ms)
+
+
+def impl_factory(release: str | None) -> Callable[[EngineConfig], ImplSystem]:
+    """The `EngineConfig -> System` factory of `impl` (release None) or `impl==X.Y.Z`."""
+    if release is None:
+        return ImplSystem
+    return functools.partial(ImplSystem, release=release)
+
+
+class ImplSystem:
+    name = "impl"
+
+    def __init__(self, config: EngineConfig, release: str | None = None) -> None:
+        from impl.core.hashing import none_hash_from_env
+        from impl.core.request_hasher import RequestBlockHasher
+
+        self.config = config
+        none_hash = none_hash_from_env(config.hash_algo)
+        self.none_hash = bytes(none_hash).hex()
+        self.scheduler: Any = build_impl_scheduler(config, none_hash, release)
+        if release is not None:
+            self.name = f"impl=={release}"
+        self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
+                                          none_hash)
+
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from impl.sched.request import Request
+
+        lora = request.lora_name
+        self.scheduler.add_request(Request(
+            request.request_id, request.prompt_token_ids,
+            max_tokens=request.max_tokens,
+            stop_token_ids=request.stop_token_ids, eos_token_id=request.eos_token_id,
+            ignore_eos=request.ignore_eos, priority=request.priority, arrival_time=arrival_time,
+            cache_salt=request.cache_salt, lora_name=lora,
+            lora_path=f"/loras/{lora}" if lora else None, block_hasher=self._hasher,
+            job_id=request.job_id, is_last_step=request.is_last_step,
+        ))
+
+    def attach_tracer(self, tracer: Any) -> None:
+        """Record seed 002's per-step trace (`impl.sched.tracing.tracer`) into `tracer`."""
+        self.scheduler.tracer = tracer
+
+    def abort(self, request_id: str) -> bool:
+        from impl.sched.request import RequestStatus
+
+        return bool(self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED))
+
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
+
+    def schedule(self) -> Scheduled:
+        out = self.scheduler.schedule()
+        new = tuple(NewRequest(r.req_id, len(r.prompt_token_ids), r.num_computed_tokens,
+                               block_ids(r.block_ids))
+                    for r in out.scheduled_new_reqs)
+        c = out.scheduled_cached_reqs
+        cached = tuple(
+            CachedRequest(rid, rid in c.resumed_req_ids, c.num_computed_tokens[i],
+                          c.num_output_tokens[i],
+                          None if c.new_block_ids[i] is None else block_ids(c.new_block_ids[i]))
+            for i, rid in enumerate(c.req_ids))
+        return Scheduled(
+            new_reqs=new,
+            cached_reqs=cached,
+            num_scheduled_tokens=tuple(out.num_scheduled_tokens.items()),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            spec_tokens=tuple((rid, tuple(ids))
+                              for rid, ids in out.scheduled_spec_decode_tokens.items()),
+            finished_req_ids=tuple(sorted(out.finished_req_ids)),
+            preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
+            num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
+            native=out,
+            transfers=transfers_of(out.kv_connector_metadata),
+            external_hits=tuple(self.scheduler.step_external_hits),
+        )
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        from impl.sched.output import ModelRunnerOutput
+
+        result = self.scheduler.update_from_output(scheduled.native, ModelRunnerOutput(
+            req_ids=list(output.req_ids),
+            req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
+            sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+            kv_connector_output=None if output.connector is None
+            else impl_connector_output(output.connector),
+        ))
+        outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
+                                    o.stop_reason) for o in result)
+        made = self.scheduler.make_stats()
+        s = made.prefix_cache_stats
+        stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
+                                                  s.preempted_requests, s.preempted_queries,
+                                                  s.preempted_hits)
+        return Update(outputs, stats, SchedulerStats(made.num_running_reqs,
+                                                     made.num_waiting_reqs,
+                                                     made.kv_cache_usage))
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
+        from impl.sched.output import DraftTokenIds
+
+        self.scheduler.update_draft_token_ids(DraftTokenIds(
+            req_ids=[rid for rid, _ in drafts], draft_token_ids=[list(d) for _, d in drafts]))
+
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        return block_hashes_of(self.scheduler.requests, since)
+
+    def state(self) -> SystemState:
+        s = self.scheduler
+        pool = s.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        cached = tuple(b.block_id for b in pool.blocks
+                       if b.ref_cnt == 0 and b.block_hash is not None)
+        waiting = [r.request_id for r in s.kv_holding_waiting]
+        waiting += [r.request_id for r in s.waiting]
+        return SystemState(
+            running=tuple(r.request_id for r in s.running),
+            waiting=tuple(waiting),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            free_head=tuple(b.block_id for b in islice(pool.free_block_queue, FREE_HEAD)),
+            cached_ids=cached,
+            pinned=() if s.continuum is None else tuple(
+                p.request.request_id for p in s.continuum.pins),
+            cpu_blocks=None if s.connector is None else pool_counts(s.connector.cpu_block_pool),
+        )
+
+    def take_events(self) -> tuple[CacheEvent, ...]:
+        return tuple(_event(e) for e in self.scheduler.kv_cache_manager.take_events())
+
+    def check_integrity(self) -> None:
+        self.scheduler.check_integrity()
+
+
+def _event(event: Any) -> CacheEvent:
+    kind = type(event).__name__
+    if kind == "BlockStored":
+        parent = event.parent_block_hash
+        return CacheEvent("stored", event.group_id,
+                          tuple(external_hash(h) for h in event.block_hashes),
+                          None if parent is None else external_hash(parent),
+                          len(event.token_ids), tuple(event.token_ids), event.block_size,
+                          getattr(event, "lora_name", None))
+    if kind == "BlockRemoved":
+        return CacheEvent("removed", event.group_id,
+                          tuple(external_hash(h) for h in event.block_hashes))
+    return CacheEvent("cleared")

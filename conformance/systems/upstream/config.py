@@ -1,0 +1,126 @@
+"""Build upstream vLLM's configuration objects from a workload's `EngineConfig`.
+
+The scheduler needs a full `VllmConfig` even though no model ever runs: a model config (a tiny
+Llama `config.json` written to a temporary directory, tokenizer skipped), scheduler, cache and,
+for speculative decoding, an n-gram speculative config (no draft model, no lookahead slots).
+Everything else is left at upstream 0.32.0's defaults, because those defaults are what the twin
+promises to reproduce. Each field goes only to a release whose class has it
+(`capabilities.honour`): a release without one gets the workload refused if it sets the field.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conformance.kv.family import group_shape
+from conformance.kv.upstream import upstream_spec
+from conformance.systems.connector import upstream_transfer_config
+from conformance.systems.upstream.capabilities import honour
+from workloads.model import EngineConfig
+
+TINY_LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def write_tiny_model(directory: Path, max_model_len: int) -> Path:
+    """A model directory holding only a config.json that upstream's ModelConfig accepts."""
+    config = dict(TINY_LLAMA, max_position_embeddings=max(max_model_len, 2048))
+    (directory / "config.json").write_text(json.dumps(config, sort_keys=True))
+    return directory
+
+
+def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | None = None
+                      ) -> Any:
+    """The `VllmConfig` upstream's Scheduler reads. The model directory only has to exist while
+    the configs are built (they read config.json once); it is deleted on return."""
+    from vllm import __version__ as release
+    from vllm.config import (
+        CacheConfig,
+        LoRAConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+
+    if config.policy == "continuum":
+        from vtwin.errors import UserError
+
+        raise UserError("policy 'continuum': upstream vLLM has no such policy; compare the "
+                        "twin with the fork (--against continuum-fork) or set policy fcfs")
+    scheduler_config = SchedulerConfig(**honour(SchedulerConfig, dict(
+        max_model_len=config.max_model_len,
+        is_encoder_decoder=False,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        policy=config.policy,
+        async_scheduling=config.async_scheduling,
+        prefill_schedule_interval=config.prefill_schedule_interval,
+    ), config, release))
+    cache_config = CacheConfig(**honour(CacheConfig, dict(
+        block_size=config.block_size,
+        enable_prefix_caching=config.enable_prefix_caching,
+        prefix_caching_hash_algo=config.hash_algo,
+        mamba_cache_mode=mamba_cache_mode(config),
+    ), config, release))
+    cache_config.num_gpu_blocks = config.num_blocks
+    speculative_config = None
+    if config.num_spec_tokens > 0:
+        speculative_config = SpeculativeConfig(
+            method="ngram_gpu" if config.async_scheduling else "ngram",
+            num_speculative_tokens=config.num_spec_tokens,
+            prompt_lookup_max=3, prompt_lookup_min=1,
+        )
+    with tempfile.TemporaryDirectory(prefix="vtwin-model-") as tmp:
+        model_config = ModelConfig(
+            model=str(write_tiny_model(Path(tmp), config.max_model_len)),
+            skip_tokenizer_init=True, max_model_len=config.max_model_len, dtype="float32",
+        )
+        vllm_config = VllmConfig(
+            model_config=model_config, scheduler_config=scheduler_config,
+            cache_config=cache_config, speculative_config=speculative_config,
+            lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
+                         if config.max_loras else None),
+            kv_transfer_config=upstream_transfer_config(config, connector_class),
+        )
+    # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
+    # under test is the one a GPU deployment runs, so restore the workload's setting before the
+    # Scheduler reads it (it sizes in-flight reservations for recycling KV groups from it).
+    vllm_config.scheduler_config.async_scheduling = config.async_scheduling
+    return vllm_config
+
+
+def mamba_cache_mode(config: EngineConfig) -> str:
+    """The engine-wide mamba cache mode: upstream keeps one in its cache config and copies it
+    into every MambaSpec (`group_shape` does the same per group; the workload checks make the
+    mamba groups agree)."""
+    modes = [g.mamba_cache_mode for g in config.kv_cache_groups if g.type == "mamba"]
+    return (modes[0] if modes else None) or "none"
+
+
+def build_kv_cache_config(config: EngineConfig) -> Any:
+    """One KV-cache group per workload group, one layer each, `num_blocks` blocks in all."""
+    from vllm import __version__ as release
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+
+    groups = [KVCacheGroupSpec([f"layer{i}"], upstream_spec(group_shape(config, g)))
+              for i, g in enumerate(config.kv_cache_groups)]
+    return KVCacheConfig(**honour(KVCacheConfig, dict(
+        num_blocks=config.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
+        hash_block_size=config.effective_hash_block_size), config, release))

@@ -1,0 +1,352 @@
+"""`UpstreamSystem`: upstream vLLM's V1 `Scheduler` (or `AsyncScheduler`) as a `System`.
+
+One adapter class per upstream API era: `UpstreamSystem` is the 0.32 era; another era is a
+subclass that names its versions in `VERSIONS` and overrides only what changed, and
+`adapter_for` picks the class for the vLLM installed in this process (a worker process runs
+each release in its own environment, see `conformance.systems.remote`).
+
+Built in-process from a workload's `EngineConfig` (see `upstream_config`), driven the way
+`EngineCore.step` / `step_with_batch_queue` drive it, and read back into canonical records.
+NONE_HASH is derived by upstream's own `init_none_hash` (PYTHONHASHSEED, else its default rule)
+and re-pinned before every call, because it is a module global another instance may have
+re-derived; KV-cache events are captured instead of published. vLLM is imported only when an
+instance is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conformance.systems.connector import (
+    kv_cache_tensors_for,
+    pool_counts,
+    transfers_of,
+    upstream_connector_output,
+)
+from conformance.systems.protocol import (
+    FREE_HEAD,
+    BlockCounts,
+    BlockIds,
+    CachedRequest,
+    CacheEvent,
+    CacheStats,
+    NewRequest,
+    RunnerOutput,
+    Scheduled,
+    SchedulerStats,
+    SystemState,
+    TokenOutput,
+    Update,
+    block_hashes_of,
+    block_ids,
+    block_tables_of,
+)
+from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
+from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
+from conformance.systems.upstream.events import EventSink, upstream_event
+from vtwin.errors import UserError
+from workloads.model import EngineConfig, RequestSpec
+
+
+class UpstreamSystem:
+    """The 0.32 API era. `scheduler_cls` (``module:Class``) replaces the scheduler class, as
+    vLLM's ``--scheduler-cls`` does; the system's name then says so."""
+
+    VERSIONS: tuple[str, ...] = ("0.32.",)
+    """Version prefixes this era's adapter drives."""
+    MEMBERS: tuple[str, ...] = (*SCHEDULER_MEMBERS, "kv_holding_waiting")
+    """What this era's adapter calls or reads on the scheduler (checked when it is built)."""
+    name = "upstream-0.32.0"
+
+    def __init__(self, config: EngineConfig, scheduler_cls: str | None = None,
+                 connector_class: tuple[str, str] | None = None) -> None:
+        from vllm import __version__ as version
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        if not version.startswith(self.VERSIONS):
+            raise UserError(f"{type(self).__name__} drives vLLM {'x, '.join(self.VERSIONS)}x; "
+                            f"installed: {version}")
+        self.name = f"upstream-{version}" + (f"+sched={scheduler_cls}" if scheduler_cls else "")
+        self.config = config
+        vllm_config = build_vllm_config(config, connector_class)
+        hash_fn = get_hash_fn_by_name(config.hash_algo)
+        kv_cache_utils.init_none_hash(hash_fn)
+        self._none_hash = kv_cache_utils.NONE_HASH
+        self._lora_ids: dict[str, int] = {}
+        self.none_hash = bytes(self._none_hash).hex()
+        scheduler_class = self.scheduler_class(scheduler_cls)
+        arguments = honour(scheduler_class.__init__, self.cache_arguments(), config, version,
+                           owner="Scheduler")
+        self.scheduler: Any = scheduler_class(
+            vllm_config=vllm_config, structured_output_manager=StructuredOutputManager(vllm_config),
+            log_stats=True, **arguments)
+        check_members(self.scheduler, self.MEMBERS, version)
+        # The records follow the V1 model runner's layout (resumed requests are cached ones);
+        # V2 is only chosen where Triton runs, which a CPU oracle never has, but pin it anyway.
+        self.scheduler.use_v2_model_runner = False
+        # EAGLE-style lookahead without a draft model to build: the scheduler reads the count
+        # from the attribute at every allocation (connector-free paths use nothing else).
+        self.scheduler.num_lookahead_tokens = config.num_lookahead_tokens
+        pool = self.scheduler.kv_cache_manager.block_pool
+        pool.enable_kv_cache_events = True
+        self.scheduler.kv_cache_manager.enable_kv_cache_events = True
+        self._sink = EventSink()
+        self.scheduler.kv_event_publisher = self._sink
+        self._block_hasher = kv_cache_utils.get_request_block_hasher(
+            config.effective_hash_block_size, hash_fn)
+        self._external_hits: list[tuple[str, int]] = []
+        self._offload = self._watch_connector()
+
+    def _watch_connector(self) -> Any:
+        """The offload tier's scheduler-side manager (None: no connector, or an inert one);
+        the connector's `update_state_after_alloc` is wrapped to record external hits."""
+        connector = getattr(self.scheduler, "connector", None)
+        if connector is None:
+            return None
+        update = connector.update_state_after_alloc
+
+        def recording(request: Any, blocks: Any, num_external_tokens: int) -> None:
+            if num_external_tokens > 0:
+                self._external_hits.append((request.request_id, num_external_tokens))
+            update(request, blocks, num_external_tokens)
+
+        connector.update_state_after_alloc = recording
+        return getattr(connector, "scheduler_manager", None)
+
+    def _take_external_hits(self) -> tuple[tuple[str, int], ...]:
+        hits, self._external_hits = tuple(self._external_hits), []
+        return hits
+
+    def scheduler_class(self, plugged: str | None) -> Any:
+        """The workload's scheduler class, or the plugged-in ``module:Class``."""
+        if plugged is not None:
+            module_name, _, attribute = plugged.partition(":")
+            try:
+                return getattr(importlib.import_module(module_name), attribute)
+            except (ImportError, AttributeError) as err:
+                raise UserError(f"scheduler class {plugged!r}: {err}") from None
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        return AsyncScheduler if self.config.async_scheduling else Scheduler
+
+    def cache_arguments(self) -> dict[str, Any]:
+        """The scheduler's KV-cache arguments (the era's `KVCacheConfig` and block sizes)."""
+        config = self.config
+        kv_cache_config = build_kv_cache_config(config)
+        kv_cache_config.kv_cache_tensors = kv_cache_tensors_for(config)
+        return {"kv_cache_config": kv_cache_config,
+                "block_size": config.block_size,
+                "hash_block_size": config.effective_hash_block_size}
+
+    def _pin_none_hash(self) -> None:
+        from vllm.v1.core import kv_cache_utils
+
+        kv_cache_utils.NONE_HASH = self._none_hash
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from vllm.lora.request import LoRARequest
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(
+            max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+            stop_token_ids=list(request.stop_token_ids), ignore_eos=request.ignore_eos,
+        )
+        if request.eos_token_id is not None:
+            # What the engine's input processor does with the model's EOS id.
+            params.update_from_generation_config({}, request.eos_token_id)
+        lora = None
+        if request.lora_name:
+            # One int id per adapter name, as the engine's LoRA manager numbers them (the
+            # max_loras limit counts ids).
+            lora_id = self._lora_ids.setdefault(request.lora_name, len(self._lora_ids) + 1)
+            lora = LoRARequest(request.lora_name, lora_id, f"/loras/{request.lora_name}")
+        self._pin_none_hash()
+        self.scheduler.add_request(Request(
+            request.request_id, list(request.prompt_token_ids), params, None,
+            arrival_time=arrival_time, priority=request.priority,
+            cache_salt=request.cache_salt, lora_request=lora,
+            block_hasher=self._block_hasher,
+        ))
+
+    def abort(self, request_id: str) -> bool:
+        from vllm.v1.request import RequestStatus
+
+        return bool(self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED))
+
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
+
+    # -- one step ---------------------------------------------------------------------------
+    def schedule(self) -> Scheduled:
+        self._pin_none_hash()
+        out = self.scheduler.schedule()
+        new = tuple(
+            NewRequest(r.req_id, len(r.prompt_token_ids or ()), r.num_computed_tokens,
+                       block_ids(r.block_ids))
+            for r in out.scheduled_new_reqs
+        )
+        c = out.scheduled_cached_reqs
+        cached = tuple(
+            CachedRequest(
+                rid, rid in c.resumed_req_ids, c.num_computed_tokens[i], c.num_output_tokens[i],
+                None if c.new_block_ids[i] is None else block_ids(c.new_block_ids[i]),
+            )
+            for i, rid in enumerate(c.req_ids)
+        )
+        return Scheduled(
+            new_reqs=new,
+            cached_reqs=cached,
+            num_scheduled_tokens=tuple(out.num_scheduled_tokens.items()),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            spec_tokens=tuple((rid, tuple(ids))
+                              for rid, ids in out.scheduled_spec_decode_tokens.items()),
+            finished_req_ids=tuple(sorted(out.finished_req_ids)),
+            preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
+            num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
+            native=out,
+            transfers=transfers_of(getattr(out, "kv_connector_metadata", None)),
+            external_hits=self._take_external_hits(),
+        )
+
+    def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        runner_output = ModelRunnerOutput(
+            req_ids=list(output.req_ids),
+            req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
+            sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
+            kv_connector_output=None if output.connector is None
+            else upstream_connector_output(output.connector),
+        )
+        self._pin_none_hash()
+        result = self.scheduler.update_from_output(scheduled.native, runner_output)
+        outputs: list[TokenOutput] = []
+        stats: CacheStats | None = None
+        counts: SchedulerStats | None = None
+        for client in sorted(result):
+            eco = result[client]
+            for o in eco.outputs:
+                reason = None if o.finish_reason is None else str(o.finish_reason)
+                outputs.append(TokenOutput(o.request_id, tuple(o.new_token_ids), reason,
+                                           o.stop_reason))
+            if eco.scheduler_stats is not None:
+                s = eco.scheduler_stats.prefix_cache_stats
+                stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
+                                   s.preempted_queries, s.preempted_hits)
+                made = eco.scheduler_stats
+                counts = SchedulerStats(made.num_running_reqs, made.num_waiting_reqs,
+                                        made.kv_cache_usage)
+        return Update(tuple(outputs), stats, counts)
+
+    def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
+        from vllm.v1.outputs import DraftTokenIds
+
+        self.scheduler.update_draft_token_ids(DraftTokenIds(
+            req_ids=[rid for rid, _ in drafts], draft_token_ids=[list(d) for _, d in drafts]))
+
+    # -- observation ------------------------------------------------------------------------
+    def block_tables(self, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+        return block_tables_of(self.scheduler.kv_cache_manager, request_ids)
+
+    def block_hashes(self, since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+        return block_hashes_of(self.scheduler.requests, since)
+
+    def state(self) -> SystemState:
+        s = self.scheduler
+        pool = s.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        # `_block_hash` rather than the `block_hash` property: this runs over the whole pool
+        # every step. The null block has no hash, so it is never counted.
+        cached = tuple(b.block_id for b in pool.blocks
+                       if b.ref_cnt == 0 and b._block_hash is not None)
+        waiting = [r.request_id for q in self.waiting_queues() for r in q]
+        return SystemState(
+            running=tuple(r.request_id for r in s.running),
+            waiting=tuple(waiting),
+            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            free_head=self.free_head(pool.free_block_queue),
+            cached_ids=cached,
+            cpu_blocks=None if self._offload is None
+            else pool_counts(self._offload.cpu_block_pool),
+        )
+
+    @staticmethod
+    def free_head(queue: Any) -> tuple[int, ...] | None:
+        """The first `FREE_HEAD` free block ids in eviction order, walking upstream's doubly
+        linked free list from its sentinel head (never the whole list: this runs every step).
+        None when the queue is not the linked list this era has."""
+        node = getattr(getattr(queue, "fake_free_list_head", None), "next_free_block", None)
+        tail = getattr(queue, "fake_free_list_tail", None)
+        if node is None or tail is None:
+            return None
+        ids: list[int] = []
+        while node is not None and node is not tail and len(ids) < FREE_HEAD:
+            ids.append(node.block_id)
+            node = node.next_free_block
+        return tuple(ids)
+
+    def waiting_queues(self) -> tuple[Any, ...]:
+        """The scheduler's waiting queues, in the order it visits them."""
+        return (self.scheduler.kv_holding_waiting, self.scheduler.waiting)
+
+    def take_events(self) -> tuple[CacheEvent, ...]:
+        events, self._sink.events = self._sink.events, []
+        events.extend(self.scheduler.kv_cache_manager.take_events() or ())
+        return tuple(upstream_event(e) for e in events)
+
+    def check_integrity(self) -> None:
+        """Upstream has no integrity check of its own; the comparison is the check."""
+
+
+class Upstream033System(UpstreamSystem):
+    """The 0.33 era: the 0.32 adapter unchanged so far (0.33 moved options the harness does
+    not set; its mamba manager wants cache mode 'align' with prefix caching, a twin matter)."""
+
+    VERSIONS = ("0.33.",)
+
+
+class Upstream019System(UpstreamSystem):
+    """The 0.19 era: no hash block size apart from the block size (neither `KVCacheConfig`
+    nor the scheduler takes one: `capabilities.honour` leaves it out, and refuses a workload
+    that sets another), no `kv_holding_waiting` (its skipped requests wait in
+    `skipped_waiting`), no KV connector driven."""
+
+    VERSIONS = ("0.19.",)
+
+    MEMBERS = (*SCHEDULER_MEMBERS, "skipped_waiting")
+
+    def cache_arguments(self) -> dict[str, Any]:
+        if self.config.kv_connector is not None:
+            raise UserError("kv_connector: the 0.19 adapter does not drive a KV connector "
+                            "(its offload tier is not checked against this harness); compare "
+                            "offload workloads with vllm==0.32.0 or 0.33.0")
+        return super().cache_arguments()
+
+    def waiting_queues(self) -> tuple[Any, ...]:
+        return (self.scheduler.skipped_waiting, self.scheduler.waiting)
+
+
+ERAS: tuple[type[UpstreamSystem], ...] = (UpstreamSystem, Upstream033System, Upstream019System)
+
+
+def adapter_for(version: str) -> type[UpstreamSystem]:
+    """The adapter class of the era `version` belongs to (a `UserError` if none does)."""
+    for era in ERAS:
+        if version.startswith(era.VERSIONS):
+            return era
+    known = ", ".join(f"{v}x" for era in ERAS for v in era.VERSIONS)
+    raise UserError(f"no upstream adapter for vLLM {version} (eras: {known})")
+
+
+def installed_adapter() -> type[UpstreamSystem]:
+    """The adapter of the vLLM importable in this process."""
+    from vllm import __version__ as version
+
+    return adapter_for(version)

@@ -1,0 +1,59 @@
+"""`SchedulerState`: every attribute the scheduler's parts share, declared once.
+
+The scheduler is one class built from mixins (connector paths, updates, preemption, admission
+rules), each a mypyc trait that reads attributes `Scheduler.__init__` sets. They all derive
+from this trait, so "where is `waiting` declared?" has one answer, and the modules that only
+read a scheduler (the integrity check, the tracer's trace points) take a `SchedulerState`
+instead of importing the `Scheduler` that imports them.
+
+| group                 | attributes                                                         |
+| --------------------- | ------------------------------------------------------------------ |
+| queues and requests   | requests, running, waiting, kv_holding_waiting, deferred_waiting,  |
+|                       | finished_req_ids, inflight_prefills                                |
+| limits                | max_model_len, max_num_running_reqs, max_num_scheduled_tokens,     |
+|                       | num_spec_tokens, num_lookahead_tokens                              |
+| configuration         | scheduler_config, behaviour, policy, continuum                     |
+| KV cache              | kv_cache_manager                                                   |
+| connector paths       | has_connector, defer_block_free, processed_step_seq,               |
+|                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
+| counters              | num_preemptions                                                    |
+"""
+
+from __future__ import annotations
+
+from mypy_extensions import trait
+
+from impl.behaviour import Behaviour
+from impl.core.kv_cache_manager import KVCacheManager
+from impl.sched.config import SchedulerConfig
+from impl.sched.continuum.policy import ContinuumPolicy
+from impl.sched.request import Request
+from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+
+
+@trait
+class SchedulerState:
+    requests: dict[str, Request]
+    running: list[Request]
+    waiting: FCFSRequestQueue | PriorityRequestQueue
+    kv_holding_waiting: FCFSRequestQueue | PriorityRequestQueue
+    deferred_waiting: set[str]
+    finished_req_ids: set[str]
+    inflight_prefills: dict[str, Request]
+    max_model_len: int
+    max_num_running_reqs: int
+    max_num_scheduled_tokens: int
+    num_spec_tokens: int
+    num_lookahead_tokens: int
+    scheduler_config: SchedulerConfig
+    behaviour: Behaviour
+    policy: str
+    continuum: ContinuumPolicy | None
+    kv_cache_manager: KVCacheManager
+    has_connector: bool
+    defer_block_free: bool
+    processed_step_seq: int
+    recompute_kv_load_failures: bool
+    finished_recving_kv_req_ids: set[str]
+    failed_recving_kv_req_ids: set[str]
+    num_preemptions: int
