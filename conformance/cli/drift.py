@@ -72,8 +72,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"vtwin drift: {data['left']} vs {data['right']}: {s['classes']} difference "
              f"classes ({s['behavioural']} behavioural, {s['cosmetic']} cosmetic) in "
              f"{s['workloads_differing']}/{s['workloads']} workloads"]
-    lines += [f"vtwin drift: error: {line} ({s['unbuilt']} of {s['workloads']} workloads not "
-              "run)" for line in data["unbuilt"]]
+    lines += [f"vtwin drift: error: {u['reason']} (not run: {', '.join(u['workloads'][:3])}"
+              f"{', ...' if len(u['workloads']) > 3 else ''}; {len(u['workloads'])} of "
+              f"{s['workloads']} workloads)" for u in data["unbuilt"]]
     for c in data["classes"]:
         ex = c["example"]
         # The example's own hint first (the earliest root step), then the commonest other.

@@ -124,7 +124,7 @@ def _as_json(left: str, right: str, results: list[WorkloadDrift], found: dict[st
             "workloads_differing": sum(r.first is not None for r in results),
             "unbuilt": sum(r.unbuilt is not None for r in results),
         },
-        "unbuilt": list(dict.fromkeys(r.unbuilt for r in results if r.unbuilt is not None)),
+        "unbuilt": _unbuilt(results),
         "classes": classes,
         "ignored": {"fields": list(ignore), "steps_differing": ignored},
         "workloads": [r.to_json() for r in results],
@@ -137,3 +137,13 @@ def _as_json(left: str, right: str, results: list[WorkloadDrift], found: dict[st
         },
         "upstream_logs": log_counts,
     }
+
+
+def _unbuilt(results: list[WorkloadDrift]) -> list[dict[str, Any]]:
+    """Each "SYSTEM could not be built: REASON" with the workloads it kept from running (a
+    release refusing a config the other accepts is named here, never as a class)."""
+    by_reason: dict[str, list[str]] = {}
+    for r in results:
+        if r.unbuilt is not None:
+            by_reason.setdefault(r.unbuilt, []).append(r.workload)
+    return [{"reason": reason, "workloads": names} for reason, names in by_reason.items()]

@@ -17,8 +17,8 @@ from conformance.sched.lockstep import LockstepResult, Series
 from conformance.sched.record import StepRecord
 from conformance.sched.trace import TRACE_FORMAT, TraceWriter, dumps_line, read_trace
 from conformance.systems.protocol import close_system
-from conformance.systems.registry import resolve_system
-from vtwin.errors import UserError
+from conformance.systems.registry import build_system, resolve_system
+from vtwin.errors import SystemBuildFailed, UserError
 from workloads.model import Workload
 
 
@@ -97,10 +97,12 @@ def record_run(spec: str, workload: Workload, output: Path, *, integrity_every: 
     """Run the system `spec` names alone on `workload` to its end, writing its trace to
     `output`: (the system's name, steps, the end line). A system that cannot be built raises
     `UserError` ("SYSTEM could not be built: REASON") before any file is written."""
-    from conformance.systems.registry import build_system
-
     factory = resolve_system(spec)
-    system = build_system(factory, spec, workload.config)
+    try:
+        system = build_system(factory, spec, workload.config)
+    except SystemBuildFailed:
+        close_system(factory)  # a worker factory stops its worker
+        raise
     driver = Driver(system, workload, integrity_every=integrity_every, max_steps=max_steps,
                     snapshot_before=True)
     writer = RecordWriter(output, system.name, workload.name)

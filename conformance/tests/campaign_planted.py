@@ -76,3 +76,10 @@ def refuses_async(config: EngineConfig) -> ImplSystem:
 
 
 refuses_async_too = refuses_async
+
+
+def unbuildable(config: EngineConfig) -> ImplSystem:
+    """A system that can never be built, as a release missing from this machine or one that
+    rejects a field of every config: the harness must say it could not be built, never
+    report a difference."""
+    raise ValueError("planted: this system cannot be built")

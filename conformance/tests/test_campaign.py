@@ -102,7 +102,7 @@ def test_run_task_judges_two_and_three_systems() -> None:
     assert three.steps == pair.steps or three.steps > 0
 
 
-def test_a_config_both_refuse_is_agreement_one_refusing_is_an_error() -> None:
+def test_a_config_both_refuse_is_agreement_one_refusing_is_unbuilt() -> None:
     refuser, again = (f"conformance.tests.campaign_planted:{name}"
                       for name in ("refuses_async", "refuses_async_too"))
     specs = (refuser, again, "impl")
@@ -110,7 +110,8 @@ def test_a_config_both_refuse_is_agreement_one_refusing_is_an_error() -> None:
     seed = next(s for s in range(50) if workload_for("bursty", s)[0].config.async_scheduling)
     result = run_task(Task(specs, "bursty", seed), factories)
     assert [(c.right, c.outcome, c.signature) for c in result.comparisons] == [
-        (again, "refused", ""), ("impl", "error", "error:ValueError")]
+        (again, "refused", ""), ("impl", "unbuilt", "unbuilt")]
+    assert result.comparisons[1].detail.startswith(f"{refuser} could not be built: ValueError")
     assert "both systems refuse the config" in result.comparisons[0].detail
 
 
