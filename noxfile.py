@@ -1,5 +1,6 @@
 """The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`,
-`nox -s dev` (a virtualenv to activate for `vtwin` on PATH),
+`nox -s dev` (a virtualenv to activate for `vtwin` on PATH), `nox -s releases` (every claimed
+vLLM release built and checked),
 `nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits).
 
 The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
@@ -112,6 +113,19 @@ def compiled_suite(session: nox.Session) -> None:
                 "tests/core/test_free_queue.py",
                 "tests/core/test_block_pool.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
+
+
+@nox.session(python=PYTHON)
+def releases(session: nox.Session) -> None:
+    """The release matrix: every release the project claims (`conformance/ci/releases.py`,
+    RELEASES: 0.19.1, 0.32.0, 0.33.0) built as a managed environment (~2-4 min each the first
+    time, cached under ~/.cache/vtwin), the twin against each release it follows on the default
+    suite, and drift between consecutive releases (every workload must build and run on both).
+    Writes reports/releases/RUN_ID/releases.md (the README's release table) and fails when a
+    release is broken. `nox -s releases -- --release 0.19.1` checks one."""
+    install_oracle(session)
+    session.install("-e", ".[test,runner]")
+    session.run("python", "-m", "conformance.ci.releases", *session.posargs, env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)

@@ -7,7 +7,7 @@ everything bulky (records, traces) can be rebuilt from the key.
 Two systems run in lockstep (`run_lockstep`: stops at the first schedule divergence, reads
 stalls on both sides at the same step). Three or more run each once (`Driver` alone, as
 `vtwin record` does) and the first is compared with each other one offline
-(`record_cli.compare_recorded`, as `vtwin compare` does), so each system pays for the workload
+(`sched.recorded.compare_recorded`, as `vtwin compare` does), so each system pays for the workload
 once however many pairs there are. A bare `impl` follows the release it is compared with, as
 in `vtwin conform` (`pairs_of`), so against two releases the twin runs as each.
 

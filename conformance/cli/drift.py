@@ -5,7 +5,7 @@
 end and prints one line per difference class, behavioural first; ``--json`` writes every class
 with its workloads, first steps, counts, example values and hints, plus each side's time per
 step; ``--report DIR`` writes ``drift.json``, ``drift.txt``, ``drift.html`` (the classes and
-workloads as a page, `drift_html`) and ``upstream.log`` there. Exit 0
+workloads as a page, `conformance.drift.html`) and ``upstream.log`` there. Exit 0
 when nothing differs, 1 when something does (as ``diff``), 2 for bad input (one line) or when
 a system could not be built ("SYSTEM could not be built: REASON": never a difference class).
 """

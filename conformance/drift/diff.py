@@ -18,7 +18,8 @@ other two are behavioural. Once the schedules part in a workload every later ste
 somewhere; a class that first shows after that step is marked ``downstream`` there. Per
 workload, ``first`` is the class `vtwin conform` would have stopped at and ``hidden`` what it
 would never have shown. `--ignore-field F` drops a field from the comparison (counted under
-``ignored``), so the first difference of what is left shows (`drift_cli` is the command).
+``ignored``), so the first difference of what is left shows (`conformance.cli.drift` is the
+command).
 """
 
 from __future__ import annotations

@@ -88,6 +88,9 @@ def render_drift(data: dict[str, Any]) -> str:
             f"{timing['ms_per_step']['left']} ms (left) vs {timing['ms_per_step']['right']} ms "
             f"(right); wall {timing['wall_seconds']} s"
             f"{'; ignored fields: ' + e(', '.join(ignored)) if ignored else ''}</p>")
+    for unbuilt in data.get("unbuilt", ()):  # setup errors, never classes
+        head += (f"<p class='unbuilt' style='color:#cf222e'>error: {e(unbuilt['reason'])} "
+                 f"(not run: {e(', '.join(unbuilt['workloads']))})</p>")
     class_table = ("<h2>Difference classes</h2><p class='note'>Behavioural first; a class "
                    "with a root workload is the first difference there, a downstream-only "
                    "class may be a consequence of an earlier one.</p><div class='scroll'>"

@@ -89,6 +89,10 @@ def test_drift_never_counts_a_build_failure_as_a_class(
     assert data["classes"] == [] and data["summary"]["behavioural"] == 0
     assert data["unbuilt"] == [{"reason": f"{UNBUILDABLE} could not be built: {REASON}",
                                 "workloads": ["decode-heavy"]}]
+    from conformance.drift.html import render_drift
+
+    page = render_drift(data)
+    assert f"error: {UNBUILDABLE} could not be built" in page and "No difference" in page
     code = main(["drift", "--left", "impl", "--right", UNBUILDABLE, "--workload",
                  "decode-heavy"])
     err = capsys.readouterr().err
@@ -182,3 +186,59 @@ def test_drift_0_19_to_0_32_names_the_four_known_changes() -> None:
     # 0.32 counts prefix-cache stats only for admitted lookups
     assert "drift-prefix-stats-unadmitted" in roots["prefix_cache.queries"]
     assert "a waiting request that was not" in hints["prefix_cache.queries"]
+
+
+def test_every_claimed_release_has_an_install_recipe() -> None:
+    from conformance.ci.releases import RELEASES
+    from conformance.systems.remote.envs import RECIPES
+
+    assert set(RELEASES) <= set(RECIPES), "a claimed release without a recipe in envs.py"
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("release", ["0.19.1", "0.32.0", "0.33.0"])
+def test_each_release_whose_environment_is_built_runs_a_smoke_workload(
+        release: str, tmp_path: Path) -> None:
+    """CI's smoke check: a release whose environment is cached here builds as a System and
+    runs a workload to its end (`nox -s releases` builds them all)."""
+    from conformance.ci.releases import RELEASES
+    from conformance.sched.recorded import read_recorded, record_run
+    from conformance.sched.suite import resolve_workload
+
+    assert release in RELEASES
+    needs_reference(f"vllm=={release}")
+    workload, _ = resolve_workload("decode-heavy")
+    out = tmp_path / "smoke.trace.jsonl"
+    name, steps, end = record_run(f"vllm=={release}", workload, out, integrity_every=0,
+                                  max_steps=None)
+    assert name == f"upstream-{release}" and steps > 0
+    assert end["end"] == "finished", end
+    assert len(read_recorded(out).records) == steps
+
+
+def test_the_matrix_tells_a_deliberate_refusal_from_a_broken_release() -> None:
+    from conformance.ci.releases import deliberate_refusal
+
+    assert deliberate_refusal("vllm==0.19.1 could not be built: config.prefill_schedule_"
+                              "interval=2: vLLM 0.19.1 cannot honour it (...)")
+    assert deliberate_refusal("vllm==0.33.0 could not be built: AssertionError: Mamba prefix "
+                              "caching requires mamba_cache_mode='align'")
+    assert not deliberate_refusal("vllm==0.19.1 could not be built: ValidationError: 1 "
+                                  "validation error for SchedulerConfig")
+
+
+def test_a_constructor_passing_kwargs_up_accepts_what_its_base_names() -> None:
+    """0.19.1's AsyncScheduler takes `**kwargs` for its Scheduler base, which has no
+    `hash_block_size`: the capability is read from the base, so it is left out."""
+
+    class Base:
+        def __init__(self, vllm_config: object, block_size: int) -> None: ...
+
+    class Async(Base):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    assert fields_of(Async) == {"self", "vllm_config", "block_size"}
+    kwargs = honour(Async, {"block_size": 16, "hash_block_size": 16},
+                    EngineConfig(block_size=16), "0.19.1", owner="Scheduler")
+    assert kwargs == {"block_size": 16}

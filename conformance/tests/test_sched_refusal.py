@@ -35,9 +35,12 @@ def test_both_refusing_the_config_is_agreement() -> None:
     assert judge(result, "exact", ())[0] == "passed"
 
 
-def test_one_side_refusing_is_an_error_naming_it() -> None:
+def test_one_side_refusing_is_an_unbuilt_verdict_naming_it() -> None:
+    """A system that cannot be built is an error of the setup, never a difference: nothing
+    is compared, and the verdict names the system and why."""
     result = run_lockstep(WORKLOAD, ImplSystem, refuse)  # the twin follows 0.32: it builds
     assert result.refused is None and result.level_reached is None
-    assert result.error is not None
-    assert result.error.startswith("right system right raised AssertionError at step 0: Mamba")
-    assert judge(result, "exact", ())[0] == "error"
+    assert result.error is None and result.divergences == () and result.steps == 0
+    assert result.unbuilt == ("right could not be built: AssertionError: Mamba prefix caching "
+                              "requires mamba_cache_mode='align'")
+    assert judge(result, "exact", ())[0] == "unbuilt"

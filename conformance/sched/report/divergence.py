@@ -4,7 +4,7 @@ The id to paste into `conformance/divergences.toml` (with a ready entry), one si
 per distinct divergence (the `exact` and `renamed` levels usually break at the same step on the
 same records: that diff is shown once, and the other level says so), the records before it in
 full (collapsible, marked identical where they are), the block timeline around it
-(`html_timeline`) and links to the trace files.
+(`timeline`) and links to the trace files.
 """
 
 from __future__ import annotations

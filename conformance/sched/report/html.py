@@ -2,8 +2,8 @@
 
 Per workload: the verdict at the requested level, the level reached, the steps compared, the
 engine config, what the workload is there to cover, and for a divergence the view of
-`html_divergence` (id to paste, distinct diffs, records before it, block timeline, traces).
-Charts (`html_charts`) show active / cached / empty blocks and queue depths over steps for both
+`divergence` (id to paste, distinct diffs, records before it, block timeline, traces).
+Charts (`charts`) show active / cached / empty blocks and queue depths over steps for both
 systems, with a marker at the divergence. A stalled run shows "stalled at step N" beside its
 verdict and a table of both systems' queues and blocks. The page is laid out for 1280 px and
 narrower: wide content (diffs, block tables) scrolls inside its own box, never the page.

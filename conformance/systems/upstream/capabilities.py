@@ -70,10 +70,27 @@ def fields_of(cls: Any) -> frozenset[str]:
         return frozenset(pydantic_fields)
     if dataclasses.is_dataclass(cls):
         return frozenset(f.name for f in dataclasses.fields(cls))
-    parameters = inspect.signature(cls).parameters.values()
+    if isinstance(cls, type):
+        # A subclass whose constructor passes `**kwargs` up (0.19.1's AsyncScheduler) accepts
+        # what the first constructor up its MRO that names its parameters accepts.
+        for klass in cls.__mro__:
+            init = vars(klass).get("__init__")
+            if init is None:
+                continue
+            names = _parameters(init)
+            if "**" not in names:
+                return names
+        return frozenset({"**"})
+    return _parameters(cls)
+
+
+def _parameters(function: Any) -> frozenset[str]:
+    parameters = inspect.signature(function).parameters.values()
+    names = frozenset(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL,
+                                                                  p.VAR_KEYWORD))
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return frozenset(p.name for p in parameters) | {"**"}
-    return frozenset(p.name for p in parameters)
+        return names | {"**"}
+    return names
 
 
 def honour(cls: Any, kwargs: dict[str, Any], config: EngineConfig, release: str,

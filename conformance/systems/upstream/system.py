@@ -79,7 +79,7 @@ class UpstreamSystem:
         self._lora_ids: dict[str, int] = {}
         self.none_hash = bytes(self._none_hash).hex()
         scheduler_class = self.scheduler_class(scheduler_cls)
-        arguments = honour(scheduler_class.__init__, self.cache_arguments(), config, version,
+        arguments = honour(scheduler_class, self.cache_arguments(), config, version,
                            owner="Scheduler")
         self.scheduler: Any = scheduler_class(
             vllm_config=vllm_config, structured_output_manager=StructuredOutputManager(vllm_config),
