@@ -85,10 +85,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # inside the try: a reader gone before the last flush is a broken pipe
+        return code
     except UserError as err:
         print(f"vtwin: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`vtwin workloads list | head -1`): stop quietly
+        _silence_stdout()
+        return SIGPIPE_EXIT
+
+
+SIGPIPE_EXIT = 141
+"""What a command killed by SIGPIPE exits with in a shell (128 + 13), as `yes | head -1`."""
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered
+    cannot raise a second BrokenPipeError at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

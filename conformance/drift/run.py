@@ -14,8 +14,8 @@ from tqdm import tqdm
 
 from conformance.drift.diff import DriftClass, WorkloadDrift, drift_workload
 from conformance.paths import DRIFT_PROBES_DIR
-from conformance.sched.conform import start_systems, upstream_logs
 from conformance.sched.divergences import KnownDivergence
+from conformance.sched.startup import start_systems, upstream_logs
 from conformance.sched.suite import regression_files, resolve_workload, suite_names
 from conformance.systems.protocol import close_system
 from conformance.systems.registry import resolve_system

@@ -110,3 +110,18 @@ def test_every_pytest_warning_filter_says_why() -> None:
     assert filters, "no filterwarnings"
     for i in filters:
         assert lines[i].startswith('"ignore:') and lines[i - 1].startswith("#"), lines[i]
+
+
+@pytest.mark.parametrize("argv", [["workloads", "list"], ["workloads", "show", "prefix-sharing"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(argv: list[str]) -> None:
+    """`vtwin workloads list | head -1`: the pipe closes under vtwin; it stops quietly. The
+    reader here (`true`) leaves before vtwin has even started, so every write meets a closed
+    pipe, deterministically."""
+    import subprocess
+    import sys
+
+    shell = f"{sys.executable} -m conformance.cli {' '.join(argv)} | true; exit ${{PIPESTATUS[0]}}"
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 141)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conformance.cli.conform import main
-from conformance.sched.conform import upstream_logs
+from conformance.sched.startup import upstream_logs
 from conformance.systems.twin import ImplSystem
 
 
