@@ -89,11 +89,10 @@ def drift(left: str, right: str, out: TextIO, max_steps: int | None) -> tuple[st
             f"{s['workloads_differing']}/{s['workloads']} workloads")
     refused = [f"{u['reason']} ({', '.join(u['workloads'])})" for u in data["unbuilt"]
                if not deliberate_refusal(u["reason"])]
-    deliberate = sum(len(u["workloads"]) for u in data["unbuilt"]
-                     if deliberate_refusal(u["reason"]))
+    deliberate = [w for u in data["unbuilt"] if deliberate_refusal(u["reason"])
+                  for w in u["workloads"]]
     if deliberate:
-        line += f"; {deliberate} workloads refused on purpose (a field or connector the " \
-                "release lacks)"
+        line += f"; refused by design: {', '.join(deliberate)}"
     line += "".join(f"; {r}" for r in refused)
     return line, not refused
 
