@@ -1,6 +1,6 @@
 """The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`,
 `nox -s dev` (a virtualenv to activate for `vtwin` on PATH), `nox -s releases` (every claimed
-vLLM release built and checked),
+vLLM release built and checked), `nox -s coverage` (how much of upstream the gate executes),
 `nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits).
 
 The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
@@ -77,6 +77,10 @@ def ci(session: nox.Session) -> None:
                 env=ORACLE_ENV)
     if session.posargs:
         return  # a targeted run (`nox -s ci -- -k NAME`) skips the second release
+    # The coverage ratchet: the gate under coverage.py over upstream's directories; the focus
+    # files may not fall below conformance/coverage_baseline.json (~3 min).
+    session.run("python", "-m", "conformance.coverage", "--quick", "--check",
+                "--out", os.path.join("reports", "coverage"), env=ORACLE_ENV)
     compiled_suite(session)
     # The scheduler-level differential tests again, against vLLM 0.33.0: a worker process in the
     # release's managed environment (built once, ~2 min, cached under ~/.cache/vtwin); the twin
@@ -113,6 +117,19 @@ def compiled_suite(session: nox.Session) -> None:
                 "tests/core/test_free_queue.py",
                 "tests/core/test_block_pool.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
+
+
+@nox.session(python=PYTHON)
+def coverage(session: nox.Session) -> None:
+    """Upstream coverage (`conformance/coverage/`): the gate and the generated families under
+    coverage.py over upstream 0.32.0's scheduler, KV-cache, offload and connector directories;
+    reports/coverage/RUN_ID/ gets coverage.json, coverage.py's HTML of upstream's source,
+    summary.json and index.html (per file, missed lines by feature from
+    conformance/coverage_features.toml, unmapped regions). `-- --quick`: the gate alone (what
+    CI's ratchet measures); `-- --quick --update-baseline` rewrites the baseline."""
+    install_oracle(session)
+    session.install("-e", ".[test,runner]")
+    session.run("python", "-m", "conformance.coverage", *session.posargs, env=ORACLE_ENV)
 
 
 @nox.session(python=PYTHON)
