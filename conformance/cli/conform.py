@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,13 +157,18 @@ def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, agains
         root = DEFAULT_REPORT_DIR
         report_dir = new_run_dir(root, command, args.run_id)
     log_path = report_dir / "upstream.log"
-    run = run_conform(
-        workloads, system=system, against=against, level=level, known=known,
-        trace_dir=report_dir / "traces" if args.traces else None,
-        integrity_every=args.integrity_every, max_steps=args.max_steps,
-        progress_every=args.progress_every, log_path=log_path,
-        offload=getattr(args, "offload", None),
-    )
+    try:
+        run = run_conform(
+            workloads, system=system, against=against, level=level, known=known,
+            trace_dir=report_dir / "traces" if args.traces else None,
+            integrity_every=args.integrity_every, max_steps=args.max_steps,
+            progress_every=args.progress_every, log_path=log_path,
+            offload=getattr(args, "offload", None),
+        )
+    except UserError:
+        if root is not None:  # a run refused before it ran leaves no empty run directory
+            remove_if_empty(report_dir)
+        raise
     page = write_report(run, report_dir, args.json,
                         meta={"command": command, "run_id": report_dir.name})
     if root is not None:
@@ -216,6 +222,12 @@ def _summary(run: ConformRun, page: Path) -> str:
             f"({run.left} vs {run.right}){stale}; report: {page}")
 
 
+def remove_if_empty(directory: Path) -> None:
+    """Remove `directory` if nothing but empty folders is in it (a refused run's)."""
+    if directory.is_dir() and not any(p.is_file() for p in directory.rglob("*")):
+        shutil.rmtree(directory)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.cli.conform")
     register(parser.add_subparsers(dest="command", metavar="COMMAND"))
@@ -233,3 +245,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -140,8 +140,8 @@ def resolve_workload(name_or_path: str) -> tuple[Workload, int]:
     try:
         return load(name_or_path), 1
     except UserError as err:
-        if name_or_path in list_workloads():
-            raise
+        if name_or_path in list_workloads() or Path(name_or_path).is_file():
+            raise  # found and read: the error is about its content, not which one was meant
         raise UserError(f"{err}; suite entries: {', '.join(SUITE)}") from None
 
 

@@ -125,3 +125,19 @@ def test_a_reader_that_leaves_early_gets_no_traceback(argv: list[str]) -> None:
                           timeout=120)
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 141)
+
+
+def test_a_rejected_conform_leaves_no_run_directory_and_a_short_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A workload file that was found and read but is malformed: one line about its content
+    (no list of suite entries, which answers a question nobody asked), and no empty run
+    directory left under reports/conformance/."""
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"bad": 1}\n', encoding="utf-8")
+    assert main(["conform", "--workload", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vtwin: error: {bad}:1:") and "suite entries" not in err
+    runs = tmp_path / "reports" / "conformance"
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
