@@ -85,6 +85,11 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "NONE_HASH and hash functions derived like upstream 0.32.0"),
     ("Reports and CLI", ("test_report_", "test_cli_", "test_browser_", "test_nightly"),
      "the vtwin command line, per-run report directories, pages in a headless browser"),
+    ("Releases and drift", ("test_release_", "test_drift"),
+     "every claimed vLLM release builds and runs as a System (fields by capability, a build "
+     "failure an error, never a difference); drift between releases names what changed"),
+    ("Upstream coverage", ("test_coverage",),
+     "how much of upstream the gate executes: missed lines by feature, the ratchet"),
 )
 
 

@@ -77,3 +77,12 @@ def test_the_index_shows_examples_and_checks_per_area() -> None:
     sched_group = page.split("<b>Scheduler lockstep</b>")[1].split("</details>")[0]
     assert "50 Hypothesis examples in 1 property test." in sched_group
     assert "<td class='n'></td>" in sched_group  # not a Hypothesis test: no count
+
+
+def test_release_and_coverage_tests_have_areas_of_their_own() -> None:
+    def case(suite: str) -> CaseResult:
+        return CaseResult(suite, "t", "passed", 0.1, "")
+
+    assert area_of(case("conformance.tests.test_release_matrix")) == "Releases and drift"
+    assert area_of(case("conformance.tests.test_drift_releases")) == "Releases and drift"
+    assert area_of(case("conformance.tests.test_coverage")) == "Upstream coverage"
