@@ -53,8 +53,13 @@ def write_text(path: Path | str, text: str) -> None:
 def check_output_file(path: Path | None, flag: str) -> None:
     """An output file flag, checked before any work: ``-`` (stdout) or a file, not a
     directory."""
-    if path is not None and str(path) != "-" and path.is_dir():
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
         raise UserError(f"{flag} {path}: is a directory; give a file name or '-' for stdout")
+    if not path.parent.is_dir():  # never create directories the user did not ask for
+        raise UserError(f"{flag} {path}: directory {path.parent} does not exist; create it "
+                        "first, or give '-' for stdout")
 
 
 def check_run_id(run_id: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.paths import REGRESSIONS_DIR
+from conformance.rundirs import check_output_file
 from conformance.sched.compare import LEVELS, check_level
 from conformance.sched.conform import ConformRun, WorkloadOutcome, run_conform
 from conformance.sched.divergences import DEFAULT_PATH, load_known
@@ -133,9 +134,7 @@ def check_arguments(args: argparse.Namespace, workloads: Sequence[str]) -> str:
             hint = (f"pass its files: --workload {files[0]} ..." if files
                     else "it holds no *.jsonl workload files")
             raise UserError(f"--workload {name}: is a directory, not a workload file; {hint}")
-    if args.json is not None and str(args.json) != "-" and args.json.is_dir():
-        raise UserError(f"--json {args.json}: is a directory; give a file name or '-' for "
-                        "stdout")
+    check_output_file(args.json, "--json")
     if args.run_id is not None:
         if args.report is not None:
             raise UserError("--run-id names a run directory under the default root; it does "

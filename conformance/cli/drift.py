@@ -22,6 +22,7 @@ from typing import Any
 from conformance.drift.classes import FIELD_KINDS
 from conformance.drift.html import render_drift
 from conformance.drift.run import default_workloads, run_drift
+from conformance.rundirs import check_output_file
 from conformance.sched.divergences import DEFAULT_PATH, load_known
 from conformance.systems.specs import FORMS
 from vtwin.errors import UserError
@@ -61,8 +62,7 @@ def _check(args: argparse.Namespace) -> None:
                         f"{', '.join(FIELD_KINDS)})")
     if args.max_steps is not None and args.max_steps < 1:
         raise UserError(f"--max-steps must be a positive integer, got {args.max_steps}")
-    if args.json is not None and str(args.json) != "-" and args.json.is_dir():
-        raise UserError(f"--json {args.json}: is a directory; give a file name or '-'")
+    check_output_file(args.json, "--json")
     if args.report is not None and args.report.exists() and not args.report.is_dir():
         raise UserError(f"--report {args.report}: exists and is not a directory")
 

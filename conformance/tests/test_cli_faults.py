@@ -141,3 +141,15 @@ def test_a_rejected_conform_leaves_no_run_directory_and_a_short_error(
     assert err.startswith(f"vtwin: error: {bad}:1:") and "suite entries" not in err
     runs = tmp_path / "reports" / "conformance"
     assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
+
+
+def test_an_output_file_in_a_missing_directory_is_refused_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json /nonexistent/dir/out.json` once exited 0 and created the directories at the
+    filesystem root; it is one line now, and nothing is created."""
+    target = tmp_path / "missing" / "dir" / "out.json"
+    assert main(["conform", "--workload", "decode-heavy", "--json", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"vtwin: error: --json {target}: directory {target.parent} does not exist; "
+                   "create it first, or give '-' for stdout")
+    assert not (tmp_path / "missing").exists()
