@@ -75,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gate", help="the default conformance suite, impl against upstream (the PR gate)",
         description="Run the default suite and every regression file (impl against upstream "
                     "vLLM 0.32.0) at --level; exit 0 only if every workload reaches it.")
+    gate.add_argument("--against", default="upstream", metavar="SPEC",
+                      help="the reference (default upstream; e.g. vllm==0.33.0: the twin then "
+                           "follows that release)")
     gate.add_argument("--regressions", type=Path, default=REGRESSIONS_DIR, metavar="DIR",
                       help="also run every *.jsonl here (default conformance/regressions)")
     _common(gate)
@@ -115,7 +118,7 @@ def _conform(args: argparse.Namespace) -> int:
 def _gate(args: argparse.Namespace) -> int:
     if args.regressions.exists() and not args.regressions.is_dir():
         raise UserError(f"--regressions {args.regressions}: not a directory")
-    return _run(args, list(gate_workloads(args.regressions)), "impl", "upstream")
+    return _run(args, list(gate_workloads(args.regressions)), "impl", args.against)
 
 
 def check_arguments(args: argparse.Namespace, workloads: Sequence[str]) -> str:

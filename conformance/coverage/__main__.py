@@ -1,6 +1,8 @@
-"""`python -m conformance.coverage [--quick] [--check] [--update-baseline]`: measure upstream
-coverage (see the package docstring). `--quick` measures the gate alone (deterministic: what
-CI's ratchet compares); the default adds the generated families."""
+"""`python -m conformance.coverage [--quick] [--check] [--update-baseline] [--release X.Y.Z]`:
+measure upstream coverage (see the package docstring). `--quick` measures the gate alone
+(deterministic: what CI's ratchet compares); the default adds the generated families.
+`--release X.Y.Z` measures another release inside its worker: the gate against `vllm==X.Y.Z`,
+with the worker started under coverage.py in the release's managed environment."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from conformance.coverage.baseline import BASELINE, check, load_baseline, make_baseline
-from conformance.coverage.features import load_features
+from conformance.coverage.features import Feature, load_features
 from conformance.coverage.summary import focus_table, render_page, summarize
 from conformance.coverage.targets import source_dirs, vllm_dir
 from conformance.paths import HARNESS_DIR
@@ -44,9 +47,10 @@ def installed_version() -> str:
 
 def write_rcfile(path: Path, data_file: Path, sources: Sequence[str]) -> None:
     """coverage.py's settings for the run: branches, one data file per process, upstream's
-    package directories as sources (never module names: see the package docstring)."""
-    lines = ["[run]", "branch = True", "parallel = True", f"data_file = {data_file}",
-             "source ="] + [f"    {s}" for s in sources]
+    package directories as sources (never module names: see the package docstring), data
+    saved on SIGTERM too (a worker stopped by the harness)."""
+    lines = ["[run]", "branch = True", "parallel = True", "sigterm = True",
+             f"data_file = {data_file.resolve()}", "source ="] + [f"    {s}" for s in sources]
     write_text(path, "\n".join(lines) + "\n")
 
 
@@ -60,9 +64,12 @@ def measured(label: str, argv: Sequence[str], rcfile: Path) -> int:
     return code
 
 
-def coverage_cmd(rcfile: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "coverage", *args, f"--rcfile={rcfile}"],
-                   check=True, stdout=subprocess.DEVNULL)
+def coverage_cmd(rcfile: Path, *args: str, python: str = sys.executable) -> None:
+    done = subprocess.run([python, "-m", "coverage", *args, f"--rcfile={rcfile}"],
+                          check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = " ".join((done.stdout + done.stderr).split())[:300]
+        raise UserError(f"coverage {args[0]} failed (exit {done.returncode}): {said}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,8 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"fail when a focus file falls below {BASELINE.name}")
     parser.add_argument("--update-baseline", action="store_true",
                         help=f"write this run's numbers to {BASELINE.name}")
+    parser.add_argument("--release", metavar="X.Y.Z",
+                        help="measure this release inside its worker (its managed environment)")
     parser.add_argument("--out", type=Path, default=Path("reports") / "coverage")
     args = parser.parse_args(argv)
+    if args.release is not None and (args.check or args.update_baseline):
+        parser.error("--check and --update-baseline hold the in-process release (0.32.0)")
     try:
         return run(args)
     except UserError as err:
@@ -84,8 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    mode = "gate" if args.quick else "full"
+    mode = "gate" if args.quick or args.release else "full"
     features = load_features(FEATURES)  # a bad map fails before minutes of measuring
+    if args.release is not None:
+        return run_release(args.release, args.out, features)
     root, release = vllm_dir(), installed_version()
     run_dir = new_run_dir(args.out, "coverage")
     rcfile = run_dir / "coveragerc"
@@ -96,21 +109,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.quick:
         measured("generated families", ["-m", "pytest", "-q", "-p", "no:cacheprovider",
                                         *FAMILY_TESTS], rcfile)
-    coverage_cmd(rcfile, "combine")
-    coverage_cmd(rcfile, "json", "-o", str(run_dir / "coverage.json"))
-    coverage_cmd(rcfile, "html", "-d", str(run_dir / "html"))
-    data = json.loads((run_dir / "coverage.json").read_text(encoding="utf-8"))
-    summary = summarize(data, root, features, release)
-    summary["mode"] = mode
-    write_text(run_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
-    write_text(run_dir / "coverage.md", focus_table(summary))
-    write_text(run_dir / "index.html", render_page(summary, run_dir.name))
+    summary, data = report(run_dir, rcfile, root, features, release, mode, sys.executable)
     point_latest(args.out, run_dir)
-    t = summary["total"]
-    print(focus_table(summary), file=sys.stderr)
-    print(f"vtwin coverage: {t['statement_pct']}% of statements, {t['branch_pct']}% of "
-          f"branches ({mode}); {len(summary['unmapped'])} unmapped regions; report "
-          f"{run_dir / 'index.html'}", file=sys.stderr)
     if args.update_baseline:
         write_text(BASELINE, json.dumps(make_baseline(summary, data, root, mode)) + "\n")
         print(f"vtwin coverage: wrote {BASELINE}", file=sys.stderr)
@@ -124,6 +124,63 @@ def run(args: argparse.Namespace) -> int:
         if drops:
             return 1
         print("vtwin coverage: the focus files hold the baseline", file=sys.stderr)
+    return 0 if gate == 0 else 1
+
+
+def report(run_dir: Path, rcfile: Path, root: Path, features: tuple[Feature, ...],
+           release: str, mode: str, python: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Combine the data files, write coverage.json, the HTML, summary.json, coverage.md and
+    index.html; print the table. `python` runs coverage.py (the release's own, for a worker)."""
+    coverage_cmd(rcfile, "combine", python=python)
+    coverage_cmd(rcfile, "json", "-o", str(run_dir / "coverage.json"), python=python)
+    coverage_cmd(rcfile, "html", "-d", str(run_dir / "html"), python=python)
+    data: dict[str, Any] = json.loads((run_dir / "coverage.json").read_text(encoding="utf-8"))
+    summary = summarize(data, root, features, release)
+    summary["mode"] = mode
+    write_text(run_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_text(run_dir / "coverage.md", focus_table(summary))
+    write_text(run_dir / "index.html", render_page(summary, run_dir.name))
+    t = summary["total"]
+    print(focus_table(summary), file=sys.stderr)
+    print(f"vtwin coverage: {t['statement_pct']}% of statements, {t['branch_pct']}% of "
+          f"branches ({mode}, vLLM {release}); {len(summary['unmapped'])} unmapped regions; "
+          f"report {run_dir / 'index.html'}", file=sys.stderr)
+    return summary, data
+
+
+def run_release(release: str, out: Path, features: tuple[Feature, ...]) -> int:
+    """The gate against `vllm==release`, its worker under coverage.py in the release's own
+    environment (coverage.py is installed there if missing)."""
+    from conformance.systems.remote.envs import require_env
+    from conformance.systems.remote.proxy import WORKER_COVERAGE_ENV
+    from conformance.systems.specs import parse_spec
+
+    spec = parse_spec(f"vllm=={release}")
+    python = str(require_env(spec))
+    if subprocess.run([python, "-c", "import coverage"], check=False,
+                      capture_output=True).returncode != 0:
+        print(f"vtwin coverage: installing coverage.py into {spec.text}'s environment ...",
+              file=sys.stderr, flush=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "coverage>=7.6"], check=True)
+    located = subprocess.run(
+        [python, "-c", "import importlib.util as u; "
+                       "print(next(iter(u.find_spec('vllm').submodule_search_locations)))"],
+        check=True, capture_output=True, text=True)
+    root = Path(located.stdout.strip()).resolve()
+    run_dir = new_run_dir(out, f"coverage-{release}")
+    rcfile = run_dir / "coveragerc"
+    write_rcfile(rcfile, run_dir / ".coverage", source_dirs(root))
+    print(f"vtwin coverage: vLLM {release} at {root} (in its worker); run {run_dir}",
+          file=sys.stderr, flush=True)
+    started = time.monotonic()
+    gate = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "gate", "--against", spec.text, "--report",
+         str(run_dir / "gate")], check=False,
+        env={**os.environ, WORKER_COVERAGE_ENV: str(rcfile.resolve())}).returncode
+    print(f"vtwin coverage: gate against {spec.text}: exit {gate} in "
+          f"{time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    report(run_dir, rcfile, root, features, release, "gate", python)
+    point_latest(out, run_dir)
     return 0 if gate == 0 else 1
 
 

@@ -9,7 +9,8 @@ name = "multimodal encoder inputs"
 reason = "the request surface: no workload carries multimodal inputs yet (issue 30)"
 file = "vllm/v1/core/sched/scheduler.py"
 functions = ["Scheduler._try_schedule_encoder_inputs"]
-lines = [[120, 140]]            # optional, for code outside any function
+lines = [[120, 140]]            # optional: line ranges, of one release
+release = "0.32.0"              # required with lines
 ```
 
 Functions are matched by name, not line numbers, so the map survives upstream moving code
@@ -37,6 +38,11 @@ class Feature:
     file: str
     functions: frozenset[str] = frozenset()
     lines: tuple[tuple[int, int], ...] = ()
+    release: str | None = None
+    """The release the entry's line ranges are for (None: any; functions match any release)."""
+
+    def applies_to(self, release: str) -> bool:
+        return self.release is None or self.release == release
 
     def owns(self, file: str, function: str, line: int) -> bool:
         return file == self.file and (function in self.functions or any(
@@ -72,9 +78,13 @@ def load_features(path: Path) -> tuple[Feature, ...]:
         if not all(isinstance(r, list) and len(r) == 2 and r[0] <= r[1] for r in ranges):
             raise UserError(f"{path}: feature #{index} ({entry['name']}): lines must be "
                             "[[first, last], ...]")
+        release = entry.get("release")
+        if ranges and not isinstance(release, str):
+            raise UserError(f"{path}: feature #{index} ({entry['name']}): line ranges need "
+                            "the release they are for (release = \"X.Y.Z\")")
         features.append(Feature(entry["name"], entry["reason"], entry["file"],
                                 frozenset(entry.get("functions", [])),
-                                tuple((int(a), int(b)) for a, b in ranges)))
+                                tuple((int(a), int(b)) for a, b in ranges), release))
     return tuple(features)
 
 

@@ -108,3 +108,25 @@ def test_the_committed_map_and_baseline_are_well_formed() -> None:
 
     baseline = json.loads((HARNESS_DIR / "coverage_baseline.json").read_text(encoding="utf-8"))
     assert baseline["mode"] == "gate" and set(baseline["files"]) <= set(FOCUS_FILES)
+
+
+def test_line_ranges_belong_to_one_release(tmp_path: Path) -> None:
+    ranged = Feature("setup", "why", FILE, lines=((13, 14),), release="0.32.0")
+    data, root = planted(tmp_path, executed=[1, 2, 3, 4, 5, 6, 8, 9, 10])
+    assert [f["name"] for f in summarize(data, root, (ranged,), "0.32.0")["features"]] == [
+        "setup"]
+    assert summarize(data, root, (ranged,), "0.33.0")["features"] == []
+    bad = tmp_path / "features.toml"
+    bad.write_text('[[feature]]\nname = "x"\nreason = "y"\nfile = "f.py"\nlines = [[1, 2]]\n',
+                   encoding="utf-8")
+    with pytest.raises(UserError, match="line ranges need the release"):
+        load_features(bad)
+
+
+def test_a_worker_runs_under_coverage_when_asked() -> None:
+    from conformance.systems.remote.proxy import WORKER_COVERAGE_ENV, worker_argv
+
+    assert worker_argv("py", {}) == ["py", "-m", "conformance.systems.remote"]
+    assert worker_argv("py", {WORKER_COVERAGE_ENV: "/r/coveragerc"}) == [
+        "py", "-m", "coverage", "run", "--rcfile=/r/coveragerc", "-m",
+        "conformance.systems.remote"]

@@ -83,6 +83,21 @@ def remote_error(kind: str, message: str, trace: str) -> Exception:
     return err
 
 
+WORKER_COVERAGE_ENV = "VTWIN_WORKER_COVERAGE"
+"""An rcfile path: workers then run under coverage.py with it, measuring the release in its
+own environment (`python -m conformance.coverage --release X.Y.Z`)."""
+
+
+def worker_argv(python: Path | str, env: Mapping[str, str]) -> list[str]:
+    """The worker's command line: `python -m conformance.systems.remote`, under coverage.py
+    when `WORKER_COVERAGE_ENV` names an rcfile."""
+    worker = ["-m", "conformance.systems.remote"]
+    rcfile = env.get(WORKER_COVERAGE_ENV)
+    if rcfile:
+        return [str(python), "-m", "coverage", "run", f"--rcfile={rcfile}", *worker]
+    return [str(python), *worker]
+
+
 class WorkerProcess:
     """A started worker: frames in and out, its stderr drained into a short tail."""
 
@@ -90,7 +105,7 @@ class WorkerProcess:
         self.label = label
         paths = [str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
         self.proc = subprocess.Popen(
-            [str(python), "-m", "conformance.systems.remote"], stdin=subprocess.PIPE,
+            worker_argv(python, env), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**env, "PYTHONPATH": os.pathsep.join(paths)})
         assert self.proc.stdin is not None and self.proc.stdout is not None
