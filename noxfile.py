@@ -157,7 +157,8 @@ def coverage(session: nox.Session) -> None:
     reports/coverage/RUN_ID/ gets coverage.json, coverage.py's HTML of upstream's source,
     summary.json and index.html (per file, missed lines by feature from
     conformance/coverage_features.toml, unmapped regions). `-- --quick`: the gate alone (what
-    CI's ratchet measures); `-- --quick --update-baseline` rewrites the baseline."""
+    CI's ratchet measures); `-- --quick --update-baseline` rewrites the baseline;
+    `-- --release 0.33.0` measures that release inside its worker (its managed environment)."""
     install_oracle(session)
     session.install("-e", ".[test,runner]")
     session.run("python", "-m", "conformance.coverage", *session.posargs, env=ORACLE_ENV)
