@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"vtwin: error: {err}", file=sys.stderr)  # the compiled twin asked for, missing
         return 2
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else argv))
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
@@ -94,6 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`vtwin workloads list | head -1`): stop quietly
         _silence_stdout()
         return SIGPIPE_EXIT
+
+
+def attach_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--memory -24GiB` -> `--memory=-24GiB`: argparse takes a value that starts with '-' and
+    is not a plain number for an option and answers "expected one argument"; attached, the
+    value reaches the option's own check, which says what is wrong with it."""
+    out: list[str] = []
+    for token in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1]
+                and re.match(r"-\d", token)):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 SIGPIPE_EXIT = 141

@@ -87,3 +87,11 @@ def test_check_against_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.splitlines()[-1] == "check: equal to upstream vLLM's plan"
     code, out, err = run(capsys, "--model", "bamba-9b", "--memory", "1MiB", "--check")
     assert code == 2 and "(upstream refuses too)" in err
+
+
+def test_a_negative_size_reaches_the_size_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--memory -24GiB` once got argparse's "expected one argument"."""
+    code, _, err = run(capsys, "--model", "llama-3-8b", "--memory", "-24GiB")
+    assert code == 2
+    assert err.strip() == ("vtwin: error: --memory: expected a size such as 8GiB, 512MiB or a "
+                           "byte count (got '-24GiB')")
