@@ -88,7 +88,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                      f"{ex['step']} {ex['path']}: {_short(ex['left'])} != "
                      f"{_short(ex['right'])}{hint}")
     ms = t["ms_per_step"]
-    lines.append(f"vtwin drift: start-up {t['startup_seconds']}; per step {ms['left']:.3f} ms "
+    startup = ", ".join(f"{spec} {seconds:.1f} s" for spec, seconds in
+                        t["startup_seconds"].items()) or "none"
+    lines.append(f"vtwin drift: start-up {startup}; per step {ms['left']:.3f} ms "
                  f"({data['left']}) vs {ms['right']:.3f} ms ({data['right']}); wall "
                  f"{t['wall_seconds']:.1f}s")
     return lines

@@ -92,6 +92,8 @@ def test_identical_systems_show_no_drift_and_exit_0(
     data = json.loads(out)
     assert data["classes"] == [] and data["summary"]["workloads_differing"] == 0
     assert "0 difference classes" in err and "start-up" in err
+    [timing] = [line for line in err.splitlines() if "per step" in line]
+    assert timing.startswith("vtwin drift: start-up impl ") and "{" not in timing  # not a dict
 
 
 def test_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
