@@ -19,6 +19,7 @@ from vtwin.errors import UserError
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.workloads",
     "conformance.cli.conform",
+    "conformance.cli.env",
     "conformance.cli.record",
     "conformance.cli.drift",
     "conformance.cli.generate",

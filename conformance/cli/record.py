@@ -1,9 +1,7 @@
-"""``vtwin env``, ``vtwin record`` and ``vtwin compare``: any vLLM as a system, one at a time.
+"""``vtwin record`` and ``vtwin compare``: any vLLM as a system, one at a time.
 
-``vtwin env create SPEC`` builds a release's managed environment once
-(`conformance.systems.remote.envs`);
-``vtwin env list`` shows them. ``vtwin record --system SPEC --workload W -o W.trace.jsonl`` runs
-one system alone to the end and writes its trace (the lockstep trace format, plus a settings
+``vtwin record --system SPEC --workload W -o W.trace.jsonl`` runs one system alone to the end and
+writes its trace (the lockstep trace format, plus a settings
 line after the header with the system's NONE_HASH and the workload's config, and an end line
 saying how the run ended). ``vtwin compare A B --level L`` compares two recorded runs offline
 with the lockstep comparer, at every level at once, and prints the verdict line `vtwin conform`
@@ -27,20 +25,6 @@ from vtwin.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    env = subparsers.add_parser("env", help="managed environments for other vLLM releases",
-                                description="Build or list the virtualenvs that run other vLLM "
-                                            "releases (specs vllm==X.Y.Z, vllm@PATH).")
-    actions = env.add_subparsers(dest="env_command", metavar="ACTION")
-    create = actions.add_parser("create", help="build the environment of a spec (once)")
-    create.add_argument("spec", metavar="SPEC", help="vllm==X.Y.Z or vllm@PATH")
-    create.add_argument("--force", action="store_true", help="rebuild even if built")
-    create.add_argument("--verbose", action="store_true", help="show pip's own output")
-    create.set_defaults(handler=_env_create)
-    listing = actions.add_parser("list", help="the environments built (spec, path, vLLM, size)")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(handler=_env_list)
-    env.set_defaults(handler=lambda _args: _help(env))
-
     record = subparsers.add_parser(
         "record", help="run one system alone on a workload and write its trace",
         description="Run one system on one workload to the end; write a trace that "
@@ -67,33 +51,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compare.add_argument("--json", type=Path, metavar="OUT",
                          help="write the verdict JSON here ('-' for stdout)")
     compare.set_defaults(handler=_compare)
-
-
-def _help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
-
-
-def _env_create(args: argparse.Namespace) -> int:
-    from conformance.systems.remote.envs import create
-
-    create(args.spec, sys.stderr, force=args.force, verbose=args.verbose)
-    return 0
-
-
-def _env_list(args: argparse.Namespace) -> int:
-    from conformance.systems.remote.envs import cache_root, list_envs
-
-    rows = list_envs()
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    if not rows:
-        print(f"no environments under {cache_root() / 'envs'} (vtwin env create vllm==X.Y.Z)")
-    for row in rows:
-        print(f"{row['spec']:<24} vllm {row['vllm'] or '-':<10} {row['size_mb']:>6} MB  "
-              f"{row['status']:<10} {row['path']}")
-    return 0
 
 
 # -- record -----------------------------------------------------------------------------------

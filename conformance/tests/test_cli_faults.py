@@ -13,6 +13,7 @@ import pytest
 from conformance import cli
 from conformance.cli import conform as sched_cli
 from conformance.cli.conform import main
+from vtwin.errors import UserError
 from workloads import dump, load
 
 IMPL = ["--system", "impl", "--against", "impl"]
@@ -153,3 +154,60 @@ def test_an_output_file_in_a_missing_directory_is_refused_before_any_work(
     assert err == (f"vtwin: error: --json {target}: directory {target.parent} does not exist; "
                    "create it first, or give '-' for stdout")
     assert not (tmp_path / "missing").exists()
+
+
+def test_env_remove_deletes_an_environment_and_says_which(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VTWIN_CACHE_DIR", str(tmp_path))
+    built = tmp_path / "envs" / "vllm-9.8.7"
+    (built / "bin").mkdir(parents=True)
+    assert cli.main(["env", "remove", "vllm==9.8.7"]) == 0
+    assert not built.exists()
+    assert capsys.readouterr().err.strip() == f"vtwin env: removed {built}"
+    assert cli.main(["env", "remove", "vllm==9.8.7"]) == 2
+    assert "no environment for vllm==9.8.7" in capsys.readouterr().err
+
+
+def test_env_create_of_a_release_the_index_lacks_installs_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`vtwin env create vllm==9.9.9` once installed torch for 25 s, printed pip's whole
+    version list and left an 839 MB environment; now it asks the index first."""
+    import subprocess as sp
+
+    monkeypatch.setenv("VTWIN_CACHE_DIR", str(tmp_path))
+    calls: list[list[str]] = []
+
+    def index(argv: list[str], **kwargs: object) -> sp.CompletedProcess[str]:
+        calls.append(argv)
+        assert argv[1:4] == ["-m", "pip", "index"], argv  # nothing but the index is asked
+        return sp.CompletedProcess(argv, 0, "vllm (0.33.0)\nAvailable versions: 0.33.0, "
+                                            "0.32.0, 0.31.0\n", "")
+
+    monkeypatch.setattr("conformance.systems.remote.envs.subprocess.run", index)
+    assert cli.main(["env", "create", "vllm==9.9.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("vtwin: error: vllm==9.9.9: the package index has no such release (newest "
+                   "vllm releases: 0.33.0, 0.32.0, 0.31.0)")
+    assert len(calls) == 1 and not (tmp_path / "envs" / "vllm-9.9.9").exists()
+
+
+def test_a_failed_environment_build_leaves_nothing_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess as sp
+
+    from conformance.systems.remote import envs
+
+    monkeypatch.setenv("VTWIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(envs, "check_release_exists", lambda requirement: None)
+
+    def failing(argv: list[str], **kwargs: object) -> sp.CompletedProcess[str]:
+        (tmp_path / "envs" / "vllm-9.9.9" / "lib").mkdir(parents=True, exist_ok=True)
+        return sp.CompletedProcess(argv, 1, "ERROR: " + "x" * 2000 + "\n", "")
+
+    monkeypatch.setattr("conformance.systems.remote.envs.subprocess.run", failing)
+    with pytest.raises(UserError) as raised:
+        envs.create("vllm==9.9.9", __import__("io").StringIO())
+    assert len(str(raised.value)) < 400 and "stage 'venv' failed" in str(raised.value)
+    assert not (tmp_path / "envs" / "vllm-9.9.9").exists()

@@ -146,7 +146,7 @@ class Builder:
         tail = (proc.stdout or "").strip().splitlines()[-1:]
         note = f": {tail[0][:160]}" if tail else ""
         if proc.returncode != 0:
-            detail = (proc.stdout or "").strip().splitlines()[-3:]
+            detail = [_short(line) for line in (proc.stdout or "").strip().splitlines()[-3:]]
             raise UserError(f"env {self.spec.base!r}: stage {what!r} failed (exit "
                             f"{proc.returncode}): {' | '.join(detail)}")
         print(f"vtwin env: [{index}/{total}] {what}: done in "
@@ -157,11 +157,21 @@ class Builder:
         return [str(self.python), "-m", "pip", "install", "--progress-bar", "off", *args]
 
     def build(self) -> dict[str, Any]:
-        spec = self.spec
+        """Build the environment; a build that fails leaves nothing behind."""
+        recipe = self.recipe()
+        if self.spec.kind == "release":
+            check_release_exists(recipe.requirement)
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        recipe = self.recipe()
+        try:
+            return self._build(recipe)
+        except BaseException:
+            shutil.rmtree(self.path, ignore_errors=True)  # no half-built environment stays
+            raise
+
+    def _build(self, recipe: Recipe) -> dict[str, Any]:
+        spec = self.spec
         stages: list[tuple[str, list[str]]] = [
             ("venv", [sys.executable, "-m", "venv", str(self.path)]),
             (TORCH, self.pip(TORCH)),
@@ -226,6 +236,47 @@ def create(text: str, out: TextIO, *, force: bool = False, verbose: bool = False
         return path
     info = Builder(spec, out, verbose).build()
     print(f"vtwin env: {spec.base} ready: {path} (vLLM {info['vllm']})", file=out)
+    return path
+
+
+def _short(line: str, limit: int = 200) -> str:
+    """One line of pip's output, bounded (its "from versions: ..." list runs to 1,500
+    characters)."""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def check_release_exists(requirement: str) -> None:
+    """A `UserError` before anything is installed when the package index has no such release
+    (`pip index versions`); nothing is said when the index cannot be asked."""
+    name, _, version = requirement.partition("==")
+    if not version:
+        return
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name],
+                              capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    listed = next((line.split(":", 1)[1] for line in proc.stdout.splitlines()
+                   if line.startswith("Available versions:")), None)
+    if proc.returncode != 0 or listed is None:
+        return
+    versions = [v.strip() for v in listed.split(",") if v.strip()]
+    if version not in versions:
+        raise UserError(f"{requirement}: the package index has no such release (newest "
+                        f"{name} releases: {', '.join(versions[:5])})")
+
+
+def remove(text: str) -> Path:
+    """Delete the environment of a spec (built or half-built); a `UserError` if there is
+    none."""
+    spec = parse_spec(text)
+    if not spec.needs_env:
+        raise UserError(f"system {text!r} has no environment (only vllm==X.Y.Z and vllm@PATH "
+                        "do)")
+    path = env_dir(spec)
+    if not path.exists():
+        raise UserError(f"no environment for {spec.base} under {path.parent} (vtwin env list)")
+    shutil.rmtree(path)
     return path
 
 
