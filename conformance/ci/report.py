@@ -90,6 +90,22 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "failure an error, never a difference); drift between releases names what changed"),
     ("Upstream coverage", ("test_coverage",),
      "how much of upstream the gate executes: missed lines by feature, the ratchet"),
+    ("Connectors and the CPU offload tier", ("test_offload_", "test_transfers",
+                                             "test_connector_"),
+     "the suite with the CPU offload tier on against upstream's connector, the played "
+     "transfer worker, planted load failures, any connector's scheduler side (connector-check)"),
+    ("Forks and plugins", ("test_continuum_", "test_plugin_"),
+     "the Continuum fork (seed 002) as a System against the twin's policy, the FCFS/Continuum "
+     "study, a --scheduler-cls plugin under drift"),
+    ("Systems, workers and recordings", ("test_specs", "test_worker", "test_record_",
+                                         "test_conform_startup"),
+     "system specs, out-of-process workers over the wire protocol, start-up, traces recorded "
+     "alone and compared offline"),
+    ("Campaigns", ("test_campaign",),
+     "generated-workload campaigns on Ray: families, shrinking, the store, resume, a killed "
+     "worker, the budget"),
+    ("Upstream bugs", ("test_upstream_bugs", "test_divergences_"),
+     "upstream's own failures reproduced by the twin, and known divergences per pair"),
 )
 
 
@@ -150,6 +166,7 @@ def _examples_line(results: list[CaseResult]) -> str:
 def _group(name: str, checks: str, results: list[CaseResult]) -> str:
     bad = sum(r.outcome in ("failed", "error") for r in results)
     passed = sum(r.outcome == "passed" for r in results)
+    skipped = sum(r.outcome == "skipped" for r in results)
     rows = []
     for r in results:
         color = {"passed": "#1a7f37", "skipped": "#9a6700"}.get(r.outcome, "#cf222e")
@@ -166,7 +183,8 @@ def _group(name: str, checks: str, results: list[CaseResult]) -> str:
     examples_line = _examples_line(results)
     counted = (f" <span class='examples'>{examples_line}</span>" if examples_line else "")
     return (f"<details {state}><summary><b>{html.escape(name)}</b>: {passed} passed, {bad} "
-            f"failed of {len(results)}.{counted}<br><span class='checks'>Checks: "
+            f"failed, {skipped} skipped of {len(results)}.{counted}<br><span "
+            "class='checks'>Checks: "
             f"{html.escape(checks)}</span></summary><table><colgroup>"
             "<col><col><col class='o'><col class='x'><col class='t'><col></colgroup><tr>"
             "<th>module</th><th>test</th><th>outcome</th><th>examples</th><th>time</th>"
