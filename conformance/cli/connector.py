@@ -30,21 +30,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _check(args: argparse.Namespace) -> int:
     from conformance.connector.check import check_connector
     from conformance.sched.offload_suite import with_offload
+    from conformance.sched.startup import log_counts, upstream_log_path, upstream_logs
     from conformance.sched.suite import resolve_workload
 
     names = args.workloads or ["multi-turn", "offload-sessions", "preemption-storm"]
-    dirty = 0
-    for name in names:
-        workload, _ = resolve_workload(name)
-        if workload.config.kv_connector is None:
-            workload = with_offload(workload, "eager")
-        report = check_connector(args.connector, workload,
-                                 load_latency_steps=args.load_latency)
-        calls = ", ".join(f"{k} {v}" for k, v in sorted(report.calls.items()))
-        verdict = "clean" if report.clean else f"{len(report.violations)} violation(s)"
-        print(f"vtwin connector-check: {workload.name}: {report.steps} steps, {verdict} "
-              f"({calls})", file=sys.stderr)
-        for line in report.violations[:20]:
-            print(f"  {line}", file=sys.stderr)
-        dirty += not report.clean
+    workloads = [resolve_workload(name)[0] for name in names]  # every name checked first
+    log_path = upstream_log_path("connector-check")
+    dirty = steps = 0
+    with upstream_logs(log_path) as counts:
+        for workload in workloads:
+            if workload.config.kv_connector is None:
+                workload = with_offload(workload, "eager")
+            report = check_connector(args.connector, workload,
+                                     load_latency_steps=args.load_latency)
+            calls = ", ".join(f"{k} {v}" for k, v in sorted(report.calls.items()))
+            verdict = "clean" if report.clean else f"{len(report.violations)} violation(s)"
+            print(f"vtwin connector-check: {workload.name}: {report.steps} steps, {verdict} "
+                  f"({calls})", file=sys.stderr)
+            for line in report.violations[:20]:
+                print(f"  {line}", file=sys.stderr)
+            dirty += not report.clean
+            steps += report.steps
+    if counts:
+        print(f"vtwin connector-check: upstream logs: {log_counts(dict(counts))} -> {log_path}",
+              file=sys.stderr)
+    verdict = "every workload clean" if not dirty else f"{dirty} with violations"
+    print(f"vtwin connector-check: {args.connector.rpartition(':')[2]}: {len(workloads)} "
+          f"workloads, {steps} steps, {verdict}", file=sys.stderr)
     return 1 if dirty else 0
+
+

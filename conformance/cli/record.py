@@ -21,6 +21,7 @@ from pathlib import Path
 from conformance.sched.compare import LEVELS, check_level
 from conformance.sched.conform import WorkloadOutcome, _line, judge
 from conformance.sched.recorded import compare_recorded, read_recorded, record_run
+from conformance.sched.startup import log_counts, upstream_log_path, upstream_logs
 from vtwin.errors import UserError
 
 
@@ -65,9 +66,14 @@ def _record(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} must be a positive integer, got {value}")
     workload, every = resolve_workload(args.workload)
     started = time.monotonic()
-    system_name, steps, end = record_run(args.system, workload, args.output,
-                                         integrity_every=args.integrity_every or every,
-                                         max_steps=args.max_steps)
+    log_path = upstream_log_path("record")
+    with upstream_logs(log_path) as counts:  # upstream's warnings to a file, as conform does
+        system_name, steps, end = record_run(args.system, workload, args.output,
+                                             integrity_every=args.integrity_every or every,
+                                             max_steps=args.max_steps)
+    if counts:
+        print(f"vtwin record: upstream logs: {log_counts(dict(counts))} -> {log_path}",
+              file=sys.stderr)
     print(f"vtwin record: {workload.name}: {steps} steps on {system_name}, {end['end']} "
           f"({time.monotonic() - started:.1f}s) -> {args.output}", file=sys.stderr)
     return 0 if end["end"] != "error" else 1

@@ -8,6 +8,7 @@ upstream's log records and Python warnings to a file and counts them. Both serve
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -130,3 +131,14 @@ def _out_of_process(spec: str) -> bool:
         return parse_spec(spec).out_of_process
     except Exception:
         return False
+
+
+def upstream_log_path(command: str) -> Path:
+    """Where a command without a report directory sends upstream's log records."""
+    return Path(tempfile.gettempdir()) / f"vtwin-{command}-upstream.log"
+
+
+def log_counts(counts: dict[str, int]) -> str:
+    """`1 error, 3 warnings`: upstream's records by level (upstream logs a planned load
+    failure as an error: that one is expected, not a fault of the run)."""
+    return ", ".join(f"{n} {level}{'s' if n != 1 else ''}" for level, n in sorted(counts.items()))

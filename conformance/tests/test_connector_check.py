@@ -36,3 +36,16 @@ def test_a_connector_that_never_releases_its_loads_is_caught() -> None:
 def test_an_unknown_connector_class_is_one_clear_error() -> None:
     with pytest.raises(UserError, match=r"connector 'nope\.mod:X': ModuleNotFoundError"):
         check_connector("nope.mod:X", SUITE["multi-turn"].make())
+
+
+def test_the_command_ends_with_a_summary_and_keeps_upstreams_logs_off_the_console(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """connector-check once printed upstream's warnings on the console (conform sends them to
+    upstream.log) and ended without a closing line."""
+    from conformance.cli import main
+
+    assert main(["connector-check", "--workload", "multi-turn"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("vtwin connector-check: SimpleCPUOffloadConnector: 1 workloads, "
+                       f"{err[0].split(': ')[2].split(' steps')[0]} steps, every workload clean")
+    assert not [line for line in err if "WARNING" in line or "CPU backend" in line], err
