@@ -40,6 +40,7 @@ from conformance.sched.report.writer import (
     update_runs_index,
     write_report,
 )
+from conformance.sched.startup import log_counts
 from conformance.sched.suite import (
     gate_workloads,
     suite_names,
@@ -190,13 +191,17 @@ def _run(args: argparse.Namespace, workloads: Sequence[str], system: str, agains
 
 
 def _log_line(run: ConformRun, log_path: Path) -> str:
-    """One line for everything upstream said: counts by level and where the full text is."""
+    """One line for everything upstream said: counts by level and where the full text is;
+    the errors that are upstream's own line for a load failure a workload planned are said
+    to be expected (they are the failure working, not a fault of the run)."""
     counts = run.log_counts
     if not counts:
         return ""
-    text = ", ".join(f"{n} {level}{'s' if n != 1 else ''}"
-                     for level, n in sorted(counts.items()))
-    return f"vtwin conform: upstream logs: {text} -> {log_path}"
+    planned = sum(len(o.source.config.kv_connector.load_failures) for o in run.outcomes
+                  if o.source is not None and o.source.config.kv_connector is not None)
+    note = (f" (expected: upstream logs each of the {planned} planned load failures as an "
+            "error)" if planned and counts.get("error") else "")
+    return f"vtwin conform: upstream logs: {log_counts(counts)}{note} -> {log_path}"
 
 
 def emit_regression(outcome: WorkloadOutcome, directory: Path) -> Path | None:

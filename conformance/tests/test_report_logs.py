@@ -53,3 +53,28 @@ def test_loggers_are_restored_afterwards(tmp_path: Path) -> None:
         logging.getLogger("vllm.x").error("boom")
     assert counts == {"error": 1}
     assert (list(logger.handlers), logger.propagate, logger.level) == before
+
+
+def failing_load(config: EngineConfig) -> ImplSystem:
+    """The twin, logging the error line upstream logs for a failed KV load."""
+    logger = logging.getLogger("vllm.vtwin_test_connector")
+    logger.disabled = False
+    logger.error("Recovered from KV load failure")
+    return ImplSystem(config)
+
+
+def test_upstreams_error_for_a_planned_load_failure_is_called_expected(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's "1 error" was upstream's own line for a load failure the workload
+    planned, and did not say so."""
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "WARNING")
+    workload = "conformance/regressions/offload-load-failure-fail.jsonl"
+    code = main(["conform", "--workload", workload, "--system",
+                 "conformance.tests.test_report_logs:failing_load", "--against", "impl",
+                 "--report", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    [line] = [x for x in err.splitlines() if "upstream logs:" in x]
+    assert "(expected: upstream logs each of the 2 planned load failures as an error)" in line, \
+        line
