@@ -55,7 +55,7 @@ def test_loggers_are_restored_afterwards(tmp_path: Path) -> None:
     assert (list(logger.handlers), logger.propagate, logger.level) == before
 
 
-def failing_load(config: EngineConfig) -> ImplSystem:
+def failing_load(config: Any) -> ImplSystem:
     """The twin, logging the error line upstream logs for a failed KV load."""
     logger = logging.getLogger("vllm.vtwin_test_connector")
     logger.disabled = False
