@@ -8,15 +8,10 @@ forgets its computed tokens and goes back to the front of `waiting`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from mypy_extensions import trait
 
 from impl.sched.connector_paths import ConnectorPaths
 from impl.sched.request import Request, RequestStatus
-
-if TYPE_CHECKING:
-    pass
 
 
 @trait

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mypy_extensions import trait
 
@@ -14,9 +13,6 @@ from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from impl.sched.request import Request, RequestStatus
 from impl.sched.stop import check_stop
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
