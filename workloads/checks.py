@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
+from workloads.controls import ControlSpec, check_controls
 from workloads.errors import WorkloadError
 from workloads.located import Located
 from workloads.model import (
@@ -26,9 +27,11 @@ from workloads.model import (
     Workload,
 )
 from workloads.models import plan_engine_groups
+from workloads.multimodal import MultimodalConfig, MultimodalItem, check_items
 from workloads.prompts import TokenSource
 from workloads.schema import (
     AbortModel,
+    ControlModel,
     EngineConfigModel,
     HeaderModel,
     PlanModel,
@@ -97,6 +100,9 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         max_loras=model.max_loras,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
         kv_connector=connector_config(model.kv_connector, len(groups), fail),
+        multimodal=None if model.multimodal is None else MultimodalConfig(
+            model.multimodal.max_num_encoder_input_tokens, model.multimodal.encoder_cache_size,
+            model.multimodal.disable_chunked_mm_input),
     )
 
 
@@ -106,6 +112,7 @@ def build_workload(
     requests: list[Located[RequestModel]],
     aborts: list[Located[AbortModel]],
     plans: list[Located[PlanModel]],
+    controls: list[Located[ControlModel]] | None = None,
 ) -> Workload:
     """Check every cross-record rule and assemble the workload in its canonical order."""
     head = header.record
@@ -136,6 +143,10 @@ def build_workload(
         vocab_size=head.vocab_size,
         token_seed=head.token_seed,
         step_ms=head.step_ms,
+        controls=check_controls(
+            [(c.line, ControlSpec(c.record.step, c.record.action, c.record.preempt_running,
+                                  c.record.mode)) for c in controls or ()],
+            lambda line, field, problem: WorkloadError(source, line, field, problem)),
     )
 
 
@@ -183,6 +194,13 @@ def _request(
     _check_vocab(rec.stop_token_ids, vocab, "stop_token_ids", fail)
     if rec.eos_token_id is not None and rec.eos_token_id >= vocab:
         raise fail("eos_token_id", f"token id {rec.eos_token_id} is not below vocab_size {vocab}")
+    mm_items = tuple(MultimodalItem(m.identifier, m.offset, m.length,
+                                    None if m.is_embed is None else tuple(m.is_embed), m.modality)
+                     for m in rec.mm_items)
+    if mm_items and rec.after is not None:
+        raise fail("mm_items", "a request that continues another ('after') cannot carry "
+                   "multimodal items yet: its prompt is only known at run time")
+    check_items(mm_items, prompt_len, config.multimodal, fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -199,6 +217,7 @@ def _request(
         job_id=rec.job_id,
         is_last_step=rec.is_last_step,
         after=None if rec.after is None else AfterSpec(rec.after.request_id, rec.after.gap_ms),
+        mm_items=mm_items,
     )
 
 

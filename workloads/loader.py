@@ -23,6 +23,7 @@ from workloads.schema import (
     FORMAT_VERSION,
     RECORD_TYPES,
     AbortModel,
+    ControlModel,
     HeaderModel,
     PlanModel,
     RequestModel,
@@ -47,6 +48,7 @@ def _load(lines: Iterable[tuple[int, str]], source: str) -> Workload:
     requests: list[Located[RequestModel]] = []
     aborts: list[Located[AbortModel]] = []
     plans: list[Located[PlanModel]] = []
+    controls: list[Located[ControlModel]] = []
     for number, text in lines:
         data = parse_object(text, source, number)
         if header is None:
@@ -58,13 +60,15 @@ def _load(lines: Iterable[tuple[int, str]], source: str) -> Workload:
                 requests.append(Located(number, RequestModel.model_validate(data)))
             elif kind == "abort":
                 aborts.append(Located(number, AbortModel.model_validate(data)))
+            elif kind == "control":
+                controls.append(Located(number, ControlModel.model_validate(data)))
             else:
                 plans.append(Located(number, PlanModel.model_validate(data)))
         except ValidationError as err:
             raise from_validation_error(err, source, number) from None
     if header is None:
         raise WorkloadError(source, 1, "type", "missing header: the file has no records")
-    return build_workload(source, header, requests, aborts, plans)
+    return build_workload(source, header, requests, aborts, plans, controls)
 
 
 def _header(data: dict[str, Any], source: str, line: int) -> HeaderModel:

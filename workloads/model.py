@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workloads.controls import ControlSpec
+from workloads.multimodal import MultimodalConfig, MultimodalItem
+
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
@@ -140,6 +143,7 @@ class EngineConfig:
     max_loras: int = 0
     continuum: ContinuumConfig | None = None  # read only under policy "continuum"
     kv_connector: KVConnectorConfig | None = None  # None: no connector
+    multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
 
     @property
     def usable_blocks(self) -> int:
@@ -173,6 +177,8 @@ class EngineConfig:
             **({"continuum": self.continuum.to_dict()} if self.continuum is not None else {}),
             **({"kv_connector": self.kv_connector.to_dict()}
                if self.kv_connector is not None else {}),
+            **({"multimodal": self.multimodal.to_dict()}
+               if self.multimodal is not None else {}),
         }
 
 
@@ -219,7 +225,8 @@ class RequestSpec:
     `after` set it is only the earliest step it can arrive (the driver adds it once its
     predecessor finishes), and `prompt_token_ids` are the new tokens that follow the
     predecessor's prompt and output. `job_id` groups the turns of one agent job;
-    `is_last_step` is false on turns a tool call follows."""
+    `is_last_step` is false on turns a tool call follows. `mm_items` are the prompt's
+    multimodal inputs (placeholder ranges with an identifier)."""
 
     request_id: str
     arrival_step: int
@@ -236,6 +243,7 @@ class RequestSpec:
     job_id: str | None = None
     is_last_step: bool = True
     after: AfterSpec | None = None
+    mm_items: tuple[MultimodalItem, ...] = ()  # sorted by offset (`workloads.multimodal`)
 
     @property
     def prompt_len(self) -> int:
@@ -282,6 +290,7 @@ class Workload:
     vocab_size: int = DEFAULT_VOCAB_SIZE
     token_seed: int = 0
     step_ms: float | None = None
+    controls: tuple[ControlSpec, ...] = ()  # operations between steps, by step
 
     def __post_init__(self) -> None:
         steps = [r.arrival_step for r in self.requests]

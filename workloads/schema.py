@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FORMAT_NAME = "vtwin-workload"
 FORMAT_VERSION = 1
-RECORD_TYPES = ("request", "abort", "plan")
+RECORD_TYPES = ("request", "abort", "plan", "control")
 
 NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
@@ -78,6 +78,20 @@ class KVConnectorModel(_Strict):
     load_failures: list[LoadFailureModel] = Field(default_factory=list)
 
 
+class MultimodalModel(_Strict):
+    max_num_encoder_input_tokens: PosInt = 2048
+    encoder_cache_size: PosInt = 2048
+    disable_chunked_mm_input: bool = False
+
+
+class MultimodalItemModel(_Strict):
+    identifier: Name
+    offset: NonNegInt
+    length: PosInt
+    is_embed: list[bool] | None = None
+    modality: Literal["image", "audio", "video"] = "image"
+
+
 class EngineConfigModel(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     block_size: PosInt = 16
@@ -101,6 +115,7 @@ class EngineConfigModel(_Strict):
     max_loras: NonNegInt = 0
     continuum: ContinuumModel | None = None
     kv_connector: KVConnectorModel | None = None
+    multimodal: MultimodalModel | None = None
 
 
 class HeaderModel(_Strict):
@@ -148,6 +163,7 @@ class RequestModel(_Strict):
     job_id: Name | None = None
     is_last_step: bool = True
     after: AfterModel | None = None
+    mm_items: list[MultimodalItemModel] = Field(default_factory=list)
 
 
 class AbortModel(_Strict):
@@ -163,7 +179,15 @@ class PlanModel(_Strict):
     spec_acceptance: list[NonNegInt] | None = None
 
 
-RecordModel = RequestModel | AbortModel | PlanModel
+class ControlModel(_Strict):
+    type: Literal["control"]
+    step: NonNegInt
+    action: Literal["reset_prefix_cache", "reset_encoder_cache", "pause", "unpause"]
+    preempt_running: bool = False
+    mode: Literal["new", "all"] | None = None
+
+
+RecordModel = RequestModel | AbortModel | PlanModel | ControlModel
 RECORD_MODELS: MappingProxyType[str, type[RecordModel]] = MappingProxyType(
-    {"request": RequestModel, "abort": AbortModel, "plan": PlanModel}
+    {"request": RequestModel, "abort": AbortModel, "plan": PlanModel, "control": ControlModel}
 )

@@ -77,6 +77,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
     for key, (value, default) in optional.items():
         if value != default:
             record[key] = value
+    if request.mm_items:
+        record["mm_items"] = [item.to_dict() for item in request.mm_items]
     return record
 
 
@@ -90,7 +92,8 @@ def plan_record(plan: PlanSpec) -> dict[str, Any]:
 
 
 def dumps(workload: Workload) -> str:
-    """The file text: header, then each request followed by its plan, then the aborts."""
+    """The file text: header, then each request followed by its plan, then the aborts, then
+    the controls."""
     plans = workload.plans_by_request()
     lines = [_encode(header_record(workload))]
     for request in workload.requests:
@@ -100,6 +103,7 @@ def dumps(workload: Workload) -> str:
             lines.append(_encode(plan_record(plan)))
     for abort in workload.aborts:
         lines.append(_encode({"type": "abort", "request_id": abort.request_id, "step": abort.step}))
+    lines.extend(_encode(control.to_dict()) for control in workload.controls)
     return "\n".join(lines) + "\n"
 
 

@@ -9,9 +9,9 @@ environment, then per release:
 * every release: drift against the next release of the list, which must build and run on every
   default workload (no "could not be built") and lists what changed.
 
-It writes `reports/releases/RUN_ID/` (`releases.json`, `releases.md`: the table the README
-shows), points `reports/releases/latest` at it, and fails when any check fails. The release
-list lives here, once: `RELEASES`.
+It writes `reports/releases/RUN_ID/` (`releases.json`, `releases.md`: the release table
+`docs/systems.md` shows), points `reports/releases/latest` at it, and fails when any check
+fails. The release list lives here, once: `RELEASES`.
 """
 
 from __future__ import annotations

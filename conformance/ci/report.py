@@ -83,8 +83,10 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "refusals; vtwin kv plan; workloads that name a model"),
     ("Versions and hashing", ("none_hash", "test_hash"),
      "NONE_HASH and hash functions derived like upstream 0.32.0"),
-    ("Reports and CLI", ("test_report_", "test_cli_", "test_browser_", "test_nightly"),
-     "the vtwin command line, per-run report directories, pages in a headless browser"),
+    ("Reports and CLI", ("test_report_", "test_cli_", "test_browser_", "test_nightly",
+                         "test_docs"),
+     "the vtwin command line, per-run report directories, pages in a headless browser, the "
+     "README and the documentation site (links, the command-line reference)"),
     ("Releases and drift", ("test_release_", "test_drift"),
      "every claimed vLLM release builds and runs as a System (fields by capability, a build "
      "failure an error, never a difference); drift between releases names what changed"),

@@ -83,7 +83,8 @@ def _region(region: Region) -> dict[str, Any]:
 
 
 def focus_table(summary: dict[str, Any]) -> str:
-    """The markdown table the README shows: focus files, statements and branches."""
+    """The markdown table `docs/gate.md` shows (the coverage tables): focus files, statements
+    and branches."""
     lines = [f"| upstream {summary['vllm']} file | statements | hit | branches | hit |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for r in summary["focus"]:

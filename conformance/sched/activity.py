@@ -26,12 +26,17 @@ class Activity:
     loads: int = 0
     stores: int = 0
     external_hit_tokens: int = 0
+    # A multimodal model's encoder: items encoded, encoder-cache entries evicted.
+    encoded_items: int = 0
+    encoder_evictions: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
-        loads = stores = external = 0
+        loads = stores = external = encoded = encoder_evictions = 0
         for record in records:
+            encoded += sum(len(inputs) for _, inputs in record.encoder_inputs)
+            encoder_evictions += len(record.freed_encoder_ids)
             transfers = record.transfers
             if transfers is not None:
                 loads += transfers.load_event >= 0
@@ -46,7 +51,7 @@ class Activity:
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
         return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
-                        external)
+                        external, encoded, encoder_evictions)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
@@ -55,4 +60,7 @@ class Activity:
                 "aborted": self.aborted,
                 **({"loads": self.loads, "stores": self.stores,
                     "external_hit_tokens": self.external_hit_tokens}
-                   if self.loads or self.stores else {})}
+                   if self.loads or self.stores else {}),
+                **({"encoded_items": self.encoded_items,
+                    "encoder_evictions": self.encoder_evictions}
+                   if self.encoded_items else {})}

@@ -34,6 +34,7 @@ from conformance.systems.protocol import (
     System,
     SystemState,
     Update,
+    apply_control,
 )
 from workloads.model import Workload
 
@@ -97,8 +98,9 @@ class Driver:
     def steps(self) -> Iterator[Step]:
         arrivals = self.arrivals
         aborts = deque(self.workload.aborts)
+        controls = deque(self.workload.controls)
         step = 0
-        while arrivals or self.system.has_requests() or self._queue:
+        while arrivals or self.system.has_requests() or self._queue or controls:
             if step >= self.max_steps:
                 raise self._stalled(step - 1, "step-cap", f"workload {self.workload.name!r} "
                                     f"still running after {self.max_steps} steps")
@@ -112,6 +114,10 @@ class Driver:
                     aborted.append(request_id)
                     self.runner.forget(request_id)
                     self._last_tables.pop(request_id, None)
+            applied_controls: list[tuple[str, bool | None]] = []
+            while controls and controls[0].step <= step:
+                control = controls.popleft()
+                applied_controls.append((control.action, apply_control(self.system, control)))
             before = self.system.state() if self.snapshot_before else _NO_STATE
             if self.config.async_scheduling:
                 scheduled, applied = self._async_body(step)
@@ -119,7 +125,8 @@ class Driver:
                 scheduled, applied = self._sync_body(step)
             if self.integrity_every and step % self.integrity_every == 0:
                 self.system.check_integrity()
-            done = self._finish_step(step, before, scheduled, applied, tuple(aborted))
+            done = self._finish_step(step, before, scheduled, applied, tuple(aborted),
+                                     tuple(applied_controls))
             yield done
             report = done.record.connector_report
             stall = self.liveness.observe(
@@ -129,7 +136,9 @@ class Driver:
                 outputs=sum(1 for o in done.record.outputs
                             if o.new_token_ids or o.finish_reason is not None)
                 + (0 if report is None else len(report.finished_loads)),
-                aborting=aborting, aborts_pending=bool(aborts),
+                # A pending control (an unpause, a reset) may be what the run waits for.
+                aborting=aborting or bool(applied_controls),
+                aborts_pending=bool(aborts) or bool(controls),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
             if stall is not None:
@@ -188,7 +197,8 @@ class Driver:
         return update
 
     def _finish_step(self, step: int, before: SystemState, scheduled: Scheduled | None,
-                     applied: tuple[int, Update] | None, aborted: tuple[str, ...]) -> Step:
+                     applied: tuple[int, Update] | None, aborted: tuple[str, ...],
+                     controls: tuple[tuple[str, bool | None], ...] = ()) -> Step:
         after = self.system.state()
         events = self.system.take_events()
         update = None if applied is None else applied[1]
@@ -237,6 +247,10 @@ class Driver:
             external_hits=() if s is None else s.external_hits,
             connector_report=self._report if applied is not None else None,
             cpu_blocks=after.cpu_blocks,
+            encoder_inputs=() if s is None else s.encoder_inputs,
+            freed_encoder_ids=() if s is None else s.freed_encoder_ids,
+            encoder_cache=after.encoder_cache,
+            controls=controls,
         )
         return Step(before, record, events)
 

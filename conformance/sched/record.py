@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.sched.record_connector import connector_fields, connector_json
+from conformance.sched.record_encoder import encoder_fields, encoder_json
 from conformance.systems.protocol import (
     BlockCounts,
     BlockIds,
     CacheEvent,
     CacheStats,
     ConnectorReport,
+    EncoderCacheCounts,
     SchedulerStats,
     TokenOutput,
     Transfers,
@@ -46,6 +48,7 @@ SCHEDULE_FIELDS: tuple[str, ...] = (
 REQUEST_KEYED_FIELDS: frozenset[str] = frozenset({
     "num_scheduled_tokens", "num_computed_tokens", "num_output_tokens", "spec_tokens",
     "new_block_ids", "block_tables", "new_block_hashes", "outputs", "finish_reasons",
+    "encoder_inputs",
 })
 """Fields whose JSON form is a dict keyed by request id."""
 
@@ -93,6 +96,14 @@ class StepRecord:
     external_hits: tuple[tuple[str, int], ...] = ()
     connector_report: ConnectorReport | None = None
     cpu_blocks: BlockCounts | None = None
+    # A multimodal model (all empty / None without one): the items each request encodes, the
+    # encoder-cache entries evicted, the encoder cache after the step.
+    encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    freed_encoder_ids: tuple[str, ...] = ()
+    encoder_cache: EncoderCacheCounts | None = None
+    # Operations between steps applied before this step was scheduled, with their results
+    # (a reset's success; None for the others).
+    controls: tuple[tuple[str, bool | None], ...] = ()
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -149,6 +160,9 @@ class StepRecord:
             "cached_digest": self.cached_digest,
             **connector_json(self.transfers, self.external_hits, self.connector_report,
                              self.cpu_blocks),
+            **encoder_json(self.encoder_inputs, self.freed_encoder_ids, self.encoder_cache),
+            **({"controls": [[action, result] for action, result in self.controls]}
+               if self.controls else {}),
         }
 
     @staticmethod
@@ -191,6 +205,8 @@ class StepRecord:
             free_head=None if data.get("free_head") is None else tuple(data["free_head"]),
             cached_digest=data.get("cached_digest"),
             **connector_fields(data),
+            **encoder_fields(data),
+            controls=tuple((action, result) for action, result in data.get("controls", ())),
         )
 
 

@@ -117,6 +117,14 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _bundled("offload-sessions")),
     SuiteEntry("offload-sessions-lazy", "sessions coming back from the CPU tier (lazy offload)",
                _bundled("offload-sessions-lazy")),
+    SuiteEntry("multimodal", "multimodal items: encoder budget, shared encoder cache with "
+               "evictions, items as block-hash keys, a reused id finished with an error",
+               _bundled("multimodal")),
+    SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
+               "before an item they cannot cover)", _bundled("multimodal-unchunked")),
+    SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "
+               "(refused, forced, idle), pauses of new and of all requests",
+               _bundled("operator-controls")),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),

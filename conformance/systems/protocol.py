@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from vtwin.errors import UserError
+from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 BlockIds = tuple[tuple[int, ...], ...]
@@ -110,6 +112,10 @@ class Scheduled:
     native: object = field(default=None, compare=False, repr=False)
     transfers: Transfers | None = None  # None: no connector
     external_hits: tuple[tuple[str, int], ...] = ()  # (request, tokens) taken from a connector
+    # Multimodal: (request, indices of the items it encodes this step), in scheduling order,
+    # and the encoder-cache entries evicted since the last step (what the worker drops).
+    encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    freed_encoder_ids: tuple[str, ...] = ()
 
     def scheduled_tokens(self) -> dict[str, int]:
         return dict(self.num_scheduled_tokens)
@@ -207,6 +213,17 @@ FREE_HEAD = 8
 
 
 @dataclass(frozen=True, slots=True)
+class EncoderCacheCounts:
+    """The encoder cache of a multimodal model, in embeddings: room never handed out
+    (`free`), that plus the room of unreferenced entries (`freeable`), and the identifiers
+    of the entries it holds, sorted (referenced or not: which survived eviction)."""
+
+    free: int
+    freeable: int
+    entries: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SystemState:
     """Queues (in the order the scheduler would visit them) and block counts.
 
@@ -226,6 +243,8 @@ class SystemState:
     pinned: tuple[str, ...] = ()
     """Finished requests whose KV blocks a policy keeps (continuum pins), for liveness: a
     run that only waits for pins to expire is waiting on a timer, not stalled."""
+    encoder_cache: EncoderCacheCounts | None = None
+    """The encoder cache after the step (None: a text-only model)."""
 
 
 @runtime_checkable
@@ -270,6 +289,19 @@ class System(Protocol):
 
 
 SystemFactory = Callable[[EngineConfig], System]
+
+
+def apply_control(system: object, control: ControlSpec) -> bool | None:
+    """Apply an operation between steps (`workloads.controls`): the result of a
+    `reset_prefix_cache`, None for the others. `control()` is optional, like `close()`: a
+    system without it runs every workload that has no control records."""
+    method = getattr(system, "control", None)
+    if not callable(method):
+        raise UserError(f"{getattr(system, 'name', type(system).__name__)} has no control() "
+                        f"method: it cannot apply the workload's {control.action!r} at step "
+                        f"{control.step}")
+    result: bool | None = method(control)
+    return result
 
 NEEDS_VLLM: frozenset[str] = frozenset({"upstream", "upstream-0.32.0"})
 """Specs that import the vLLM installed in this process."""

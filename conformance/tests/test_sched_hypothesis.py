@@ -20,6 +20,8 @@ import pytest
 from hypothesis import given, note, target
 
 from conformance.sched.lockstep import LockstepResult, run_lockstep
+from conformance.sched.strategies.controls import control_workloads
+from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads
 from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
@@ -55,6 +57,34 @@ def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
     target(float(activity.loads), label="loads")
     target(float(min(activity.external_hit_tokens, 512)), label="external hits")
     target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+@given(multimodal_workloads())
+def test_generated_multimodal_workloads_match_upstream_exactly(pair: Pair,
+                                                              workload: Workload) -> None:
+    """Multimodal items in the prompts (`strategies.multimodal`): steered toward encoder work,
+    encoder-cache evictions and preemptions (which give encoder references back)."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.encoded_items), label="encoded items")
+    target(float(activity.encoder_evictions), label="encoder evictions")
+    target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+@given(control_workloads())
+def test_generated_control_workloads_match_upstream_exactly(pair: Pair,
+                                                            workload: Workload) -> None:
+    """Operator controls between steps (`strategies.controls`): resets and pauses at any
+    step, steered toward preemptions (a forced reset preempts everything) and prefix hits
+    (what a reset takes away)."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.preemptions), label="preemptions")
+    target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
     _assert_exact(workload, result)
 
 

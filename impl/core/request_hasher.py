@@ -9,7 +9,7 @@ what it does not model and hands the rest to the next one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import xxhash
@@ -22,6 +22,7 @@ from impl.core.hashing import (
     sha256_digest,
     xxhash_digest,
 )
+from impl.core.multimodal import MultiModalFeature, mm_hash_keys
 from impl.core.token_runs import DIRECT, cbor_block, pickle_block
 
 NativeHashBlocks = Callable[[bytes, list[int] | tuple[int, ...], int, int, bool,
@@ -52,14 +53,18 @@ class HashableRequest(Protocol):
     def lora_path(self) -> str | None: ...
     @property
     def cache_salt(self) -> str | None: ...
+    @property
+    def mm_features(self) -> Sequence[MultiModalFeature]: ...
 
 
 class RequestBlockHasher:
     """Computes the hashes of a request's newly completed hash blocks.
 
     Extra keys make equal tokens hash differently when their KV differs: a LoRA adapter (name
-    and path, on every block) and the cache salt (on the first block only: chaining carries it
-    to every later block). Keys are tagged tuples so different kinds can never collide.
+    and path, on every block), the multimodal items a block's placeholders show (identifier
+    and offset, `impl.core.multimodal.mm_hash_keys`) and the cache salt (on the first block
+    only: chaining carries it to every later block). Keys are tagged tuples so different kinds
+    can never collide.
     """
 
     __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_cbor", "_sha256", "_native",
@@ -81,9 +86,11 @@ class RequestBlockHasher:
         self.none_hash = none_hash
 
     def extra_keys(self, request: HashableRequest, start: int) -> tuple[Any, ...] | None:
-        keys: list[tuple[str, ...]] = []
+        keys: list[tuple[Any, ...]] = []
         if request.lora_name is not None:
             keys.append(("lora", request.lora_name, request.lora_path or ""))
+        if request.mm_features:
+            keys.extend(mm_hash_keys(request.mm_features, start, start + self.hash_block_size))
         if start == 0 and request.cache_salt is not None:
             keys.append(("cache_salt", request.cache_salt))
         return tuple(keys) if keys else None
@@ -93,7 +100,8 @@ class RequestBlockHasher:
         hashes = request.block_hashes
         start = len(hashes) * size
         parent = hashes[-1] if hashes else self.none_hash
-        plain = request.lora_name is None and request.cache_salt is None
+        plain = (request.lora_name is None and request.cache_salt is None
+                 and not request.mm_features)
         if plain and self._native is not None:
             return self._hash_native(self._native, parent, request, start)
         tokens = request.all_token_ids

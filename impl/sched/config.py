@@ -42,6 +42,11 @@ class SchedulerConfig:
     # A CPU offload tier behind the KV connector interface (`impl.connector`); None: no
     # connector.
     kv_connector: OffloadSettings | None = None
+    # Multimodal models: embeddings the encoder may compute per step and the encoder cache's
+    # size (0: a text-only model); whether a chunk may end inside an item's placeholders.
+    max_num_encoder_input_tokens: int = 0
+    encoder_cache_size: int = 0
+    disable_chunked_mm_input: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
@@ -49,7 +54,7 @@ class SchedulerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
         for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens",
-                     "max_loras"):
+                     "max_num_encoder_input_tokens", "encoder_cache_size", "max_loras"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0 (got {getattr(self, name)})")
         if self.policy not in ("fcfs", "priority", "continuum"):

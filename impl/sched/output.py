@@ -84,6 +84,10 @@ class SchedulerOutput:
     num_common_prefix_blocks: list[int]
     # What the KV connector wants the worker to move this step (None: no connector).
     kv_connector_metadata: OffloadMetadata | None
+    # Multimodal: the items each request encodes this step (indices into its features), and
+    # encoder-cache entries evicted since the last step, for the worker to drop.
+    scheduled_encoder_inputs: dict[str, list[int]]
+    free_encoder_mm_hashes: list[str]
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -102,6 +106,8 @@ class SchedulerOutput:
         self.num_common_prefix_blocks = ([] if num_common_prefix_blocks is None
                                          else num_common_prefix_blocks)
         self.kv_connector_metadata = kv_connector_metadata
+        self.scheduled_encoder_inputs = {}
+        self.free_encoder_mm_hashes = []
 
 
 @dataclass(frozen=True, slots=True)

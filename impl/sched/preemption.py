@@ -35,6 +35,7 @@ class Preemption(ConnectorPaths):
     def _preempt_request(self, request: Request) -> None:
         assert request.status == RequestStatus.RUNNING
         self._free_request_blocks(request)
+        self.encoder_cache.free(request)
         self.inflight_prefills.pop(request.request_id, None)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0

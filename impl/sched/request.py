@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from impl.core.block import BlockHash
+from impl.core.multimodal import MultiModalFeature
 from impl.core.request_hasher import RequestBlockHasher
 
 
@@ -44,7 +45,7 @@ class Request:
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
-        "last_sched_seq", "_hasher",
+        "last_sched_seq", "mm_features", "_hasher",
     )
 
     def __init__(
@@ -65,6 +66,7 @@ class Request:
         block_hasher: RequestBlockHasher | None = None,
         job_id: str | None = None,
         is_last_step: bool = True,
+        mm_features: Sequence[MultiModalFeature] = (),
     ) -> None:
         self.request_id = request_id
         # A tuple: shared as is with the scheduler output's NewRequestData and never copied
@@ -105,6 +107,9 @@ class Request:
         # Set by each prefix-cache lookup: where groups' hits disagree (a shared prefix one
         # sparse group has no state for yet; 0: none). Mamba 'align' ends a chunk there.
         self.shared_prefix_boundary = 0
+        # Multimodal inputs, sorted by offset: placeholders the encoder fills (their
+        # identifiers also key the block hashes, so they are set before hashing).
+        self.mm_features: tuple[MultiModalFeature, ...] = tuple(mm_features)
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:
@@ -163,6 +168,13 @@ class Request:
     @property
     def num_tokens_with_spec(self) -> int:
         return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def has_encoder_inputs(self) -> bool:
+        return bool(self.mm_features)
+
+    def get_num_encoder_embeds(self, input_id: int) -> int:
+        return self.mm_features[input_id].num_embeds
 
     @property
     def num_output_tokens(self) -> int:

@@ -18,13 +18,14 @@ from impl.sched.admission_rules import AdmissionRules
 from impl.sched.config import SchedulerConfig, check_mamba_caching
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
+from impl.sched.encoder_cache import EncoderCacheManager
 from impl.sched.make_output import make_output
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import (
     PLACEHOLDER_DRAFT,
     SchedulerOutput,
 )
-from impl.sched.preemption import Preemption
+from impl.sched.pause import PauseState
 from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.queues import create_request_queue
 from impl.sched.request import Request, RequestStatus
@@ -34,7 +35,7 @@ from impl.sched.tracing.tracer import Tracer
 from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
+class Scheduler(SchedulerUpdates, AdmissionRules):
     # Set by `ConnectorPaths._setup_connector`; declared here for the mypyc build, which
     # types this class's attributes from its own body.
     has_connector: bool
@@ -62,6 +63,13 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
         )
+        # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
+        self.max_num_encoder_input_tokens = scheduler_config.max_num_encoder_input_tokens
+        self.encoder_cache = EncoderCacheManager(scheduler_config.encoder_cache_size)
+        self.encoder_cache_mismatch_reqs: set[str] = set()
+        self.pause_state = PauseState.UNPAUSED  # `impl.sched.pause`
+        # Requests an operator's reset preempted since the last step (reported with its output).
+        self.preempted_between_steps: set[str] = set()
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
         # Waiting requests that hold KV blocks (loading from a connector, or loaded): admission
@@ -97,16 +105,24 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             trace_points.snapshot(self, self.tracer)
         self.kv_cache_manager.new_step_starts()
         self.step_external_hits = []
-        plan = StepPlan(self.max_num_scheduled_tokens)
+        paused_all = self.pause_state == PauseState.PAUSED_ALL
+        plan = StepPlan(0 if paused_all else self.max_num_scheduled_tokens,
+                        self.max_num_encoder_input_tokens)
         hold_prefill = self.cadence.holds_prefill(self.running)
         self._schedule_running(plan, hold_prefill)
         self._check_running_loras(plan)
-        if not plan.preempted:
+        if not plan.preempted and not paused_all:
             self._admit_waiting(plan, hold_prefill)
             if not hold_prefill:
                 self.cadence.admission_done(len(self.waiting) - len(self.deferred_waiting))
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
+        output.scheduled_encoder_inputs = plan.encoder_inputs
+        if self.preempted_between_steps:
+            output.preempted_req_ids = (output.preempted_req_ids or set()) | \
+                self.preempted_between_steps
+            self.preempted_between_steps = set()
+        output.free_encoder_mm_hashes = self.encoder_cache.get_freed_mm_hashes()
         if self.has_connector:
             output.kv_connector_metadata = (
                 self.connector.build_connector_meta(output) if self.connector is not None
@@ -162,6 +178,9 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
                 index += 1  # its next chunk waits for a step that carries prefill
                 continue
             num_new = self._running_chunk(request, threshold, plan.token_budget)
+            if request.mm_features:
+                num_new = self.choose_encoder_inputs(plan, request, request.num_computed_tokens,
+                                                     num_new)
             if num_new <= 0:
                 index += 1
                 continue
@@ -190,6 +209,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             plan.scheduled_running.append(request)
             plan.prefill_scheduled |= request.is_prefill_chunk
             plan.schedule(request, num_new, blocks)
+            if request.mm_features:
+                self.commit_encoder_inputs(plan, request)
             index += 1
             if request.spec_token_ids:
                 self._take_drafts(plan, request, num_new)
@@ -229,7 +250,13 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
         loras = self._loras_in_use(plan)
         skipped: list[Request] = []
         holding: list[Request] = []  # skipped requests that hold blocks
-        while (self.waiting or self.kv_holding_waiting) and plan.token_budget > 0:
+        # Paused for new requests: only those holding KV blocks (their loads) are admitted.
+        admits_new = self.pause_state == PauseState.UNPAUSED
+        while plan.token_budget > 0:
+            # (Tested here, not in the loop's condition: mypyc miscompiles the `continue`s
+            # below when that condition mixes a bool with the queues' truth values.)
+            if not self.kv_holding_waiting and not (admits_new and len(self.waiting) > 0):
+                break
             if len(self.running) == self.max_num_running_reqs:
                 break
             queue = self.kv_holding_waiting or self.waiting
@@ -279,10 +306,21 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             if self.mamba_split is not None and not (
                     num_new := self.mamba_split.clip(request, num_new, num_hit)):
                 break  # no block-aligned chunk fits: admission stops
+            if request.mm_features:
+                num_new = self.choose_encoder_inputs(plan, request, num_computed, num_new)
+            if num_new == 0:  # its next item does not fit the encoder
+                if not self.behaviour.encoder_blocked_admission_skips:
+                    break  # admission stops
+                # The requests behind it still get their turn.
+                (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
+                self.deferred_waiting.add(request.request_id)
+                continue
             blocks = kv.allocate_slots(request, num_new, num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
             if blocks is None:
+                if request.mm_features:  # the references its encoder choice took go back
+                    self.encoder_cache.free(request)
                 break
             if self.connector is not None:
                 self.connector.update_state_after_alloc(request, kv.get_blocks(
@@ -296,6 +334,8 @@ class Scheduler(SchedulerUpdates, AdmissionRules, Preemption):
             else:
                 plan.scheduled_new.append(request)
             plan.schedule(request, num_new, kv.get_blocks(request.request_id))
+            if request.mm_features:
+                self.commit_encoder_inputs(plan, request)
             if pad:
                 plan.spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
             plan.prefill_admitted |= num_computed < request.num_tokens - 1

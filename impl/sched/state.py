@@ -14,9 +14,12 @@ instead of importing the `Scheduler` that imports them.
 |                       | num_spec_tokens, num_lookahead_tokens                              |
 | configuration         | scheduler_config, behaviour, policy, continuum                     |
 | KV cache              | kv_cache_manager                                                   |
+| encoder (multimodal)  | encoder_cache, max_num_encoder_input_tokens,                       |
+|                       | encoder_cache_mismatch_reqs                                        |
 | connector paths       | has_connector, defer_block_free, processed_step_seq,               |
 |                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
 | counters              | num_preemptions                                                    |
+| operator              | pause_state, prev_step_scheduled_req_ids, preempted_between_steps  |
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from impl.behaviour import Behaviour
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.sched.config import SchedulerConfig
 from impl.sched.continuum.policy import ContinuumPolicy
+from impl.sched.encoder_cache import EncoderCacheManager
+from impl.sched.pause import PauseState
 from impl.sched.request import Request
 from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 
@@ -50,6 +55,9 @@ class SchedulerState:
     policy: str
     continuum: ContinuumPolicy | None
     kv_cache_manager: KVCacheManager
+    encoder_cache: EncoderCacheManager
+    max_num_encoder_input_tokens: int
+    encoder_cache_mismatch_reqs: set[str]
     has_connector: bool
     defer_block_free: bool
     processed_step_seq: int
@@ -57,3 +65,6 @@ class SchedulerState:
     finished_recving_kv_req_ids: set[str]
     failed_recving_kv_req_ids: set[str]
     num_preemptions: int
+    pause_state: PauseState
+    prev_step_scheduled_req_ids: set[str]
+    preempted_between_steps: set[str]

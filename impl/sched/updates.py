@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from mypy_extensions import trait
 
 from impl.core.kv_cache_manager import PrefixCacheStats
-from impl.sched.connector_paths import ConnectorPaths
+from impl.sched.encoder_inputs import EncoderInputs
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from impl.sched.pause import PauseState
+from impl.sched.preemption import Preemption
 from impl.sched.request import Request, RequestStatus
 from impl.sched.stop import check_stop
 
@@ -25,9 +27,10 @@ class SchedulerStats:
 
 
 @trait
-class SchedulerUpdates(ConnectorPaths):
+class SchedulerUpdates(Preemption, EncoderInputs):
     """Applying a step's output: finished loads, invalid blocks and deferred frees go through
-    the connector paths first, hence the base."""
+    the connector paths first, encoder items the step passed are freed, and an operator's
+    reset may preempt every running request, hence the bases."""
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -72,6 +75,8 @@ class SchedulerUpdates(ConnectorPaths):
                     request.num_computed_tokens -= num_rejected
                 if request.num_output_placeholders > 0:
                     request.num_output_placeholders -= num_rejected
+            if request.mm_features:  # the step ran: items the decoder passed are done
+                self._free_encoder_inputs(request)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
             status_before = request.status
@@ -95,9 +100,12 @@ class SchedulerUpdates(ConnectorPaths):
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
             self.kv_holding_waiting.remove_requests(stopped_waiting)
+        errors = self.encoder_cache_mismatch_reqs
+        self.encoder_cache_mismatch_reqs = set()
         if failed_loads and not self.recompute_kv_load_failures:
-            for request in self.finish_requests(sorted(failed_loads),
-                                                RequestStatus.FINISHED_ERROR):
+            errors |= failed_loads
+        if errors:
+            for request in self.finish_requests(sorted(errors), RequestStatus.FINISHED_ERROR):
                 outputs.append(EngineCoreOutput(request.request_id, [],
                                                 request.get_finished_reason()))
         if kv_output is not None:
@@ -164,6 +172,7 @@ class SchedulerUpdates(ConnectorPaths):
         assert request.is_finished()
         self.inflight_prefills.pop(request.request_id, None)
         delay_free |= self._connector_finished(request)
+        self.encoder_cache.free(request)
         self.finished_req_ids.add(request.request_id)
         self.deferred_waiting.discard(request.request_id)
         if self.continuum is not None and self.continuum.on_finish(request):
@@ -175,12 +184,22 @@ class SchedulerUpdates(ConnectorPaths):
         """Queues, statuses and block ownership agree (see `impl.sched.integrity`), then the KV
         cache's own check; raises `IntegrityError`."""
         check_scheduler_integrity(self)
+        self.encoder_cache.check_integrity(self.requests)
 
     def get_request_counts(self) -> tuple[int, int]:
         return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
 
     def get_num_unfinished_requests(self) -> int:
+        """Requests the scheduler may still schedule: none while paused for all, running and
+        KV-holding ones while paused for new requests (`impl.sched.pause`)."""
+        if self.pause_state == PauseState.PAUSED_ALL:
+            return 0
+        if self.pause_state == PauseState.PAUSED_NEW:
+            return len(self.kv_holding_waiting) + len(self.running)
         return len(self.waiting) + len(self.kv_holding_waiting) + len(self.running)
+
+    def set_pause_state(self, pause_state: PauseState) -> None:
+        self.pause_state = pause_state
 
     def has_unfinished_requests(self) -> bool:
         return self.get_num_unfinished_requests() > 0
@@ -205,8 +224,31 @@ class SchedulerUpdates(ConnectorPaths):
         """KV pins still held (continuum): the engine keeps stepping until they expire."""
         return self.continuum is not None and bool(self.continuum.pins)
 
-    def reset_prefix_cache(self) -> bool:
-        return self.kv_cache_manager.reset_prefix_cache()
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached prefix; refused (False) while blocks are in use, unless every
+        running request is preempted first (`reset_running_requests`), last admitted first so
+        they resume in their order, and as if none had run in the previous step; the next
+        step's output lists them as preempted."""
+        if reset_running_requests:
+            if any(r.num_output_placeholders for r in self.running):
+                raise NotImplementedError(
+                    "reset_prefix_cache with preempt_running while a step is in flight (async "
+                    "scheduling): upstream drops that step's output, which the twin does not "
+                    "model")
+            while self.running:
+                request = self.running.pop()
+                self._preempt_request(request)
+                self.preempted_between_steps.add(request.request_id)
+            self.prev_step_scheduled_req_ids.clear()
+        reset = self.kv_cache_manager.reset_prefix_cache()
+        if reset_running_requests and not reset:
+            raise RuntimeError("reset_prefix_cache: blocks still in use after preempting every "
+                               "running request (a request waiting for a KV load holds them)")
+        return reset
+
+    def reset_encoder_cache(self) -> None:
+        """Forget every encoder output (new weights make cached embeddings stale)."""
+        self.encoder_cache.reset()
 
     def get_kv_cache_usage(self) -> float:
         return self.kv_cache_manager.usage

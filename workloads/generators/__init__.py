@@ -17,9 +17,11 @@ from vtwin.errors import UserError
 from workloads.generators import (
     agentic,
     bursty,
+    controls,
     decode_heavy,
     hybrid,
     long_context,
+    multimodal,
     offload,
     preemption_storm,
     prefix_sharing,
@@ -59,6 +61,10 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(agentic.FAMILY, agentic.SUMMARY, agentic.generate),
             Family(offload.EAGER_FAMILY, offload.EAGER_SUMMARY, offload.eager),
             Family(offload.LAZY_FAMILY, offload.LAZY_SUMMARY, offload.lazy),
+            Family(multimodal.FAMILY, multimodal.SUMMARY, multimodal.generate),
+            Family(controls.FAMILY, controls.SUMMARY, controls.generate),
+            Family(multimodal.UNCHUNKED_FAMILY, multimodal.UNCHUNKED_SUMMARY,
+                   multimodal.unchunked),
         )
     }
 )

@@ -13,6 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from workloads.controls import ControlSpec
 from workloads.model import (
     DEFAULT_VOCAB_SIZE,
     AbortSpec,
@@ -24,6 +25,7 @@ from workloads.model import (
     Segment,
     Workload,
 )
+from workloads.multimodal import MultimodalItem
 from workloads.prompts import TokenSource
 
 EOS_TOKEN_ID = 2
@@ -59,6 +61,7 @@ class WorkloadBuilder:
     _plans: dict[str, PlanSpec] = field(default_factory=dict)
     _aborts: list[AbortSpec] = field(default_factory=list)
     _tokens: TokenSource | None = None
+    _controls: list[ControlSpec] = field(default_factory=list)
 
     def request(
         self,
@@ -77,6 +80,7 @@ class WorkloadBuilder:
         job_id: str | None = None,
         is_last_step: bool = True,
         after: AfterSpec | None = None,
+        mm_items: tuple[MultimodalItem, ...] = (),
     ) -> RequestSpec:
         """Add a request whose prompt is `segments` followed by `filler` unique tokens (with
         `after`: the new tokens its predecessor's prompt and output are followed by)."""
@@ -98,6 +102,7 @@ class WorkloadBuilder:
             job_id=job_id,
             is_last_step=is_last_step,
             after=after,
+            mm_items=mm_items,
         )
         self._requests.append(request)
         return request
@@ -113,6 +118,9 @@ class WorkloadBuilder:
     def abort(self, request_id: str, step: int) -> None:
         self._aborts.append(AbortSpec(request_id, step))
 
+    def control(self, control: ControlSpec) -> None:
+        self._controls.append(control)
+
     def build(self) -> Workload:
         requests = sorted(self._requests, key=lambda r: r.arrival_step)
         plans = tuple(self._plans[r.request_id] for r in requests if r.request_id in self._plans)
@@ -126,6 +134,7 @@ class WorkloadBuilder:
             vocab_size=self.vocab_size,
             token_seed=self.token_seed,
             step_ms=self.step_ms,
+            controls=tuple(sorted(self._controls, key=lambda c: c.step)),
         )
 
 

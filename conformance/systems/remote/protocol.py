@@ -27,6 +27,7 @@ from conformance.systems.protocol import (
     SystemState,
     Update,
 )
+from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 PROTOCOL = "vtwin-worker/1"
@@ -91,6 +92,7 @@ METHODS: dict[str, tuple[tuple[Any, ...], Any]] = {
     "state": ((), SystemState),
     "take_events": ((), tuple[CacheEvent, ...]),
     "check_integrity": ((), None),
+    "control": ((ControlSpec,), bool | None),
 }
 """Every `System` method: argument types and return type (`update` takes the handle of the
 `Scheduled` it applies, not the object)."""

@@ -55,6 +55,7 @@ from conformance.systems.remote.protocol import (
 )
 from conformance.systems.specs import SystemSpec
 from vtwin.errors import IntegrityError, UserError
+from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 ROOT = REPO_ROOT
@@ -195,6 +196,10 @@ class ProxySystem:
 
     def has_requests(self) -> bool:
         result: bool = self._call("has_requests")
+        return result
+
+    def control(self, control: ControlSpec) -> bool | None:
+        result: bool | None = self._call("control", control)
         return result
 
     def schedule(self) -> Scheduled:

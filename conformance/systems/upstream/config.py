@@ -72,6 +72,8 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         policy=config.policy,
         async_scheduling=config.async_scheduling,
         prefill_schedule_interval=config.prefill_schedule_interval,
+        disable_chunked_mm_input=(config.multimodal is not None
+                                  and config.multimodal.disable_chunked_mm_input),
     ), config, release))
     cache_config = CacheConfig(**honour(CacheConfig, dict(
         block_size=config.block_size,

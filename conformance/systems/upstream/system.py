@@ -46,7 +46,14 @@ from conformance.systems.protocol import (
 from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
 from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
 from conformance.systems.upstream.events import EventSink, upstream_event
+from conformance.systems.upstream.multimodal import (
+    encoder_counts,
+    encoder_schedule,
+    give_encoder,
+    mm_features,
+)
 from vtwin.errors import UserError
+from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 
@@ -91,6 +98,7 @@ class UpstreamSystem:
         # EAGLE-style lookahead without a draft model to build: the scheduler reads the count
         # from the attribute at every allocation (connector-free paths use nothing else).
         self.scheduler.num_lookahead_tokens = config.num_lookahead_tokens
+        give_encoder(self.scheduler, config)
         pool = self.scheduler.kv_cache_manager.block_pool
         pool.enable_kv_cache_events = True
         self.scheduler.kv_cache_manager.enable_kv_cache_events = True
@@ -172,7 +180,7 @@ class UpstreamSystem:
             request.request_id, list(request.prompt_token_ids), params, None,
             arrival_time=arrival_time, priority=request.priority,
             cache_salt=request.cache_salt, lora_request=lora,
-            block_hasher=self._block_hasher,
+            mm_features=mm_features(request), block_hasher=self._block_hasher,
         ))
 
     def abort(self, request_id: str) -> bool:
@@ -182,6 +190,24 @@ class UpstreamSystem:
 
     def has_requests(self) -> bool:
         return bool(self.scheduler.has_requests())
+
+    def control(self, control: ControlSpec) -> bool | None:
+        """An operation between steps (`workloads.controls`), as the engine core's utility
+        calls make it."""
+        from vllm.v1.core.sched.interface import PauseState
+
+        s = self.scheduler
+        self._pin_none_hash()
+        if control.action == "reset_prefix_cache":
+            return bool(s.reset_prefix_cache(reset_running_requests=control.preempt_running))
+        if control.action == "reset_encoder_cache":
+            s.reset_encoder_cache()
+        elif control.action == "pause":
+            s.set_pause_state(PauseState.PAUSED_ALL if control.mode == "all"
+                              else PauseState.PAUSED_NEW)
+        else:
+            s.set_pause_state(PauseState.UNPAUSED)
+        return None
 
     # -- one step ---------------------------------------------------------------------------
     def schedule(self) -> Scheduled:
@@ -193,6 +219,7 @@ class UpstreamSystem:
             for r in out.scheduled_new_reqs
         )
         c = out.scheduled_cached_reqs
+        encoder_inputs, freed_encoder_ids = encoder_schedule(out)
         cached = tuple(
             CachedRequest(
                 rid, rid in c.resumed_req_ids, c.num_computed_tokens[i], c.num_output_tokens[i],
@@ -213,6 +240,8 @@ class UpstreamSystem:
             native=out,
             transfers=transfers_of(getattr(out, "kv_connector_metadata", None)),
             external_hits=self._take_external_hits(),
+            encoder_inputs=encoder_inputs,
+            freed_encoder_ids=freed_encoder_ids,
         )
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
@@ -275,6 +304,7 @@ class UpstreamSystem:
             cached_ids=cached,
             cpu_blocks=None if self._offload is None
             else pool_counts(self._offload.cpu_block_pool),
+            encoder_cache=encoder_counts(s, self.config),
         )
 
     @staticmethod

@@ -1,0 +1,132 @@
+"""Scheduling a request's multimodal items: the encoder must run before the decoder's chunk
+reaches their placeholders.
+
+For each request the scheduler gives a chunk, the items whose placeholders the chunk overlaps
+need their embeddings. An item already in the encoder cache (this request's earlier step, or
+another request showing the same identifier) costs nothing; any other is encoded this step if
+the step's encoder budget and the cache have room for all its embeddings (an item is encoded
+whole: the encoder's attention is bidirectional). When one does not fit, the chunk is cut to
+end just before that item's placeholders, so the decoder never reads an embedding that is not
+there; a chunk starting inside such an item (a prefix hit reached into it) gets no tokens.
+
+With `disable_chunked_mm_input` a chunk may not end inside an item either: it stops before the
+item instead. Two requests may not present one identifier with different embedding counts (a
+reused client id); such a request is finished with an error at the next output.
+
+Decisions are taken before the KV allocation, and their side effects on the cache (references
+taken, entries evicted) stay even when the allocation then fails, as upstream's do; budget and
+room are only consumed once the request is actually scheduled (`commit_encoder_inputs`).
+
+"""
+
+from __future__ import annotations
+
+from mypy_extensions import trait
+
+from impl.core.multimodal import features_in_window
+from impl.sched.request import Request
+from impl.sched.state import SchedulerState
+from impl.sched.step_plan import EncoderChoice, StepPlan
+
+
+@trait
+class EncoderInputs(SchedulerState):
+    def _try_schedule_encoder_inputs(self, request: Request, num_computed: int, num_new: int,
+                                     budget: int) -> EncoderChoice:
+        """Which of the request's items to encode for a chunk of `num_new` tokens from
+        `num_computed`, and how far the chunk may go (see the module's docstring)."""
+        if num_new == 0 or not request.mm_features:
+            return [], num_new, budget, []
+        features = request.mm_features
+        cache = self.encoder_cache
+        to_encode: list[int] = []
+        shared: list[int] = []
+        chosen: dict[str, int] = {}  # identifier -> embeddings, encoded this step
+        num_chosen = 0
+        window_end = num_computed + num_new
+        lo, hi = features_in_window(features, num_computed, window_end)
+        for index in range(lo, hi):
+            feature = features[index]
+            start = feature.offset
+            if (self.scheduler_config.disable_chunked_mm_input
+                    and self._before_item(num_computed, start)
+                    and num_computed + num_new < feature.end):
+                num_new = max(0, start - num_computed)  # stop before the item
+                break
+            identifier = feature.identifier
+            embeds = feature.num_embeds
+            if identifier in chosen:
+                if self._reject_mismatch(request, chosen[identifier], embeds):
+                    return [], 0, budget, []
+                shared.append(index)
+                continue
+            stored = cache.cached_num_embeds(identifier)
+            if stored is not None and self._reject_mismatch(request, stored, embeds):
+                return [], 0, budget, []
+            if cache.check_and_update_cache(request, index):
+                continue  # encoded before, still cached
+            if not cache.can_allocate(request, index, budget, num_chosen):
+                # No budget or room: compute up to the item, or nothing when the chunk
+                # starts inside it.
+                num_new = start - num_computed if num_computed < start else 0
+                break
+            first, last = feature.embeds_in_range(max(0, num_computed - start),
+                                                  min(feature.length, window_end - start))
+            if first == last:
+                continue  # the chunk covers only placeholders without embeddings
+            num_chosen += embeds
+            budget -= embeds
+            chosen[identifier] = embeds
+            to_encode.append(index)
+        return to_encode, num_new, budget, shared
+
+    def _before_item(self, num_computed: int, start: int) -> bool:
+        """Whether a chunk from `num_computed` counts as reaching an item at `start` from
+        before it (0.33 counts a chunk starting exactly at the item too)."""
+        if self.behaviour.unchunked_item_start_counts_as_before:
+            return num_computed <= start
+        return num_computed < start
+
+    def _reject_mismatch(self, request: Request, held: int, wanted: int) -> bool:
+        if held == wanted:
+            return False
+        self.encoder_cache_mismatch_reqs.add(request.request_id)
+        return True
+
+    def choose_encoder_inputs(self, plan: StepPlan, request: Request, num_computed: int,
+                              num_new: int) -> int:
+        """How many of `num_new` tokens the request's chunk keeps once its items are chosen
+        (`_try_schedule_encoder_inputs`); the choice waits on the plan until the request is
+        actually scheduled (`commit_encoder_inputs`), after its KV allocation."""
+        choice = self._try_schedule_encoder_inputs(request, num_computed, num_new,
+                                                   plan.encoder_budget)
+        plan.pending_encoder = choice
+        return choice[1]
+
+    def commit_encoder_inputs(self, plan: StepPlan, request: Request) -> None:
+        """The request was scheduled: its chosen items are encoded this step, take their room
+        in the cache and spend the step's budget; items it shares with one chosen earlier in
+        the same chunk take a reference."""
+        to_encode, _, budget, shared = plan.pending_encoder
+        if not to_encode:
+            return
+        plan.encoder_inputs[request.request_id] = to_encode
+        plan.encoder_budget = budget
+        cache = self.encoder_cache
+        for index in to_encode:
+            cache.allocate(request, index)
+        for index in shared:
+            cache.check_and_update_cache(request, index)
+
+    def _free_encoder_inputs(self, request: Request) -> None:
+        """After a step ran: drop references to items whose placeholders the decoder has
+        passed (their embeddings now live in the KV cache)."""
+        cache = self.encoder_cache
+        held = cache.cached_input_ids(request)
+        if not held:
+            return
+        done = request.num_computed_tokens - request.num_output_placeholders
+        features = request.mm_features
+        for index in list(held):
+            if features[index].end <= done:
+                cache.free_encoder_input(request, index)
