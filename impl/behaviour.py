@@ -72,8 +72,8 @@ class Behaviour:
     encoder_blocked_admission_skips: bool
     """0.33: a waiting request whose chunk the encoder cuts to nothing (no budget or cache
     room for the item it reaches) is skipped for this step and admission goes on with the
-    requests behind it; 0.32 stops admission there. Seen on `multimodal`: a text request
-    behind an image request is admitted one step earlier."""
+    requests behind it; 0.32 stops admission there. Seen on `multimodal` (its final burst):
+    the text request behind a blocked image request is admitted in the same step."""
 
     @property
     def switches(self) -> dict[str, bool]:

@@ -36,6 +36,7 @@ from conformance.systems.protocol import (
     ConnectorReport,
     EncoderCacheCounts,
     SchedulerStats,
+    SpecDecodingCounts,
     TokenOutput,
     Transfers,
 )
@@ -149,13 +150,11 @@ class StepRecord:
                 "preempted_requests": self.prefix_cache.preempted_requests,
                 "preempted_queries": self.prefix_cache.preempted_queries,
                 "preempted_hits": self.prefix_cache.preempted_hits,
+                **({"reset": True} if self.prefix_cache.reset else {}),
             },
             "events": [_event_json(e) for e in self.events],
-            "scheduler_stats": None if self.scheduler_stats is None else {
-                "num_running_reqs": self.scheduler_stats.num_running_reqs,
-                "num_waiting_reqs": self.scheduler_stats.num_waiting_reqs,
-                "kv_cache_usage": self.scheduler_stats.kv_cache_usage,
-            },
+            "scheduler_stats": None if self.scheduler_stats is None
+            else stats_json(self.scheduler_stats),
             "free_head": None if self.free_head is None else list(self.free_head),
             "cached_digest": self.cached_digest,
             **connector_json(self.transfers, self.external_hits, self.connector_report,
@@ -201,13 +200,41 @@ class StepRecord:
                                     e.get("lora_name"))
                          for e in data.get("events", ())),
             scheduler_stats=None if data.get("scheduler_stats") is None
-            else SchedulerStats(**data["scheduler_stats"]),
+            else stats_from_json(data["scheduler_stats"]),
             free_head=None if data.get("free_head") is None else tuple(data["free_head"]),
             cached_digest=data.get("cached_digest"),
             **connector_fields(data),
             **encoder_fields(data),
             controls=tuple((action, result) for action, result in data.get("controls", ())),
         )
+
+
+def stats_json(stats: SchedulerStats) -> dict[str, Any]:
+    """The scheduler's stats in JSON; fields at their defaults are left out (older traces and
+    golden files keep their bytes)."""
+    out: dict[str, Any] = {"num_running_reqs": stats.num_running_reqs,
+                           "num_waiting_reqs": stats.num_waiting_reqs,
+                           "kv_cache_usage": stats.kv_cache_usage}
+    if stats.num_skipped_waiting_reqs:
+        out["num_skipped_waiting_reqs"] = stats.num_skipped_waiting_reqs
+    spec = stats.spec_decoding
+    if spec is not None:
+        out["spec_decoding"] = {"num_drafts": spec.num_drafts,
+                                "num_draft_tokens": spec.num_draft_tokens,
+                                "num_accepted_tokens": spec.num_accepted_tokens,
+                                "accepted_per_pos": list(spec.accepted_per_pos),
+                                "drafts_per_pos": list(spec.drafts_per_pos)}
+    return out
+
+
+def stats_from_json(data: dict[str, Any]) -> SchedulerStats:
+    spec = data.get("spec_decoding")
+    return SchedulerStats(
+        data["num_running_reqs"], data["num_waiting_reqs"], data["kv_cache_usage"],
+        data.get("num_skipped_waiting_reqs", 0),
+        None if spec is None else SpecDecodingCounts(
+            spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"],
+            tuple(spec["accepted_per_pos"]), tuple(spec["drafts_per_pos"])))
 
 
 def cached_digest(cached_ids: tuple[int, ...] | None) -> str | None:

@@ -26,6 +26,7 @@ from conformance.paths import REGRESSIONS_DIR
 from conformance.sched.compare import Divergence
 from vtwin.errors import UserError
 from workloads import AbortSpec, KVCacheGroup, Workload, dump, dumps, list_workloads, load, loads
+from workloads.generators import generate
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,13 @@ def _aborts() -> Workload:
 
 def _bundled(name: str) -> Callable[[], Workload]:
     return lambda: load(name)
+
+
+def _multimodal_hits() -> Workload:
+    workload = generate("multimodal", 4, 1.0)
+    return replace(workload, name="multimodal-hits",
+                   description=f"{workload.description}; priority policy",
+                   config=replace(workload.config, policy="priority"))
 
 
 ENTRIES: tuple[SuiteEntry, ...] = (
@@ -120,6 +128,9 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("multimodal", "multimodal items: encoder budget, shared encoder cache with "
                "evictions, items as block-hash keys, a reused id finished with an error",
                _bundled("multimodal")),
+    SuiteEntry("multimodal-hits", "multimodal at seed 4 under the priority policy: prefix hits "
+               "that end inside an image whose encoder output is gone (no budget left: the chunk "
+               "gets nothing), a reused image id", _multimodal_hits),
     SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
                "before an item they cannot cover)", _bundled("multimodal-unchunked")),
     SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "

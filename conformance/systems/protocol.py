@@ -153,6 +153,20 @@ class CacheStats:
     preempted_requests: int
     preempted_queries: int
     preempted_hits: int
+    reset: bool = False  # the prefix cache was reset since the previous stats
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodingCounts:
+    """Speculative decoding in one applied step (upstream's `SpecDecodingStats`): requests
+    whose drafts were verified, drafts and accepted tokens, and per draft position how many
+    were proposed and accepted."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+    drafts_per_pos: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +177,8 @@ class SchedulerStats:
     num_running_reqs: int
     num_waiting_reqs: int
     kv_cache_usage: float
+    num_skipped_waiting_reqs: int = 0  # waiting requests admission skipped (max_loras, ...)
+    spec_decoding: SpecDecodingCounts | None = None  # None: no draft verified in the step
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +305,17 @@ class System(Protocol):
 
 
 SystemFactory = Callable[[EngineConfig], System]
+
+
+def spec_counts(stats: Any) -> SpecDecodingCounts | None:
+    """A scheduler's `SpecDecodingStats` (the twin's or upstream's: the same field names) as
+    canonical counts; None stays None."""
+    if stats is None:
+        return None
+    return SpecDecodingCounts(stats.num_drafts, stats.num_draft_tokens,
+                              stats.num_accepted_tokens,
+                              tuple(stats.num_accepted_tokens_per_pos),
+                              tuple(stats.num_draft_tokens_per_pos))
 
 
 def apply_control(system: object, control: ControlSpec) -> bool | None:

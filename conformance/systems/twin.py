@@ -42,6 +42,7 @@ from conformance.systems.protocol import (
     block_ids,
     block_tables_of,
     external_hash,
+    spec_counts,
 )
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
@@ -224,10 +225,10 @@ class ImplSystem:
         s = made.prefix_cache_stats
         stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
                                                   s.preempted_requests, s.preempted_queries,
-                                                  s.preempted_hits)
-        return Update(outputs, stats, SchedulerStats(made.num_running_reqs,
-                                                     made.num_waiting_reqs,
-                                                     made.kv_cache_usage))
+                                                  s.preempted_hits, s.reset)
+        return Update(outputs, stats, SchedulerStats(
+            made.num_running_reqs, made.num_waiting_reqs, made.kv_cache_usage,
+            made.num_skipped_waiting_reqs, spec_counts(made.spec_decoding_stats)))
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
         from impl.sched.output import DraftTokenIds

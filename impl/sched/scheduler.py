@@ -29,6 +29,7 @@ from impl.sched.pause import PauseState
 from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.queues import create_request_queue
 from impl.sched.request import Request, RequestStatus
+from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.step_plan import StepPlan
 from impl.sched.tracing import points as trace_points
 from impl.sched.tracing.tracer import Tracer
@@ -70,6 +71,7 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
         self.pause_state = PauseState.UNPAUSED  # `impl.sched.pause`
         # Requests an operator's reset preempted since the last step (reported with its output).
         self.preempted_between_steps: set[str] = set()
+        self.spec_decoding_stats: SpecDecodingStats | None = None  # of the last update
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
         # Waiting requests that hold KV blocks (loading from a connector, or loaded): admission

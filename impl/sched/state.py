@@ -18,7 +18,7 @@ instead of importing the `Scheduler` that imports them.
 |                       | encoder_cache_mismatch_reqs                                        |
 | connector paths       | has_connector, defer_block_free, processed_step_seq,               |
 |                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
-| counters              | num_preemptions                                                    |
+| counters              | num_preemptions, spec_decoding_stats (of the last update)           |
 | operator              | pause_state, prev_step_scheduled_req_ids, preempted_between_steps  |
 """
 
@@ -34,6 +34,7 @@ from impl.sched.encoder_cache import EncoderCacheManager
 from impl.sched.pause import PauseState
 from impl.sched.request import Request
 from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
+from impl.sched.spec_stats import SpecDecodingStats
 
 
 @trait
@@ -68,3 +69,4 @@ class SchedulerState:
     pause_state: PauseState
     prev_step_scheduled_req_ids: set[str]
     preempted_between_steps: set[str]
+    spec_decoding_stats: SpecDecodingStats | None

@@ -14,6 +14,7 @@ from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput
 from impl.sched.pause import PauseState
 from impl.sched.preemption import Preemption
 from impl.sched.request import Request, RequestStatus
+from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.stop import check_stop
 
 
@@ -24,6 +25,7 @@ class SchedulerStats:
     kv_cache_usage: float
     prefix_cache_stats: PrefixCacheStats | None
     num_skipped_waiting_reqs: int = 0
+    spec_decoding_stats: SpecDecodingStats | None = None  # drafts verified in the last update
 
 
 @trait
@@ -62,6 +64,7 @@ class SchedulerUpdates(Preemption, EncoderInputs):
         finished_after = RequestStatus.PREEMPTED
         # Read once: `behaviour` is a plain class, so each read is a lookup by name.
         cache_verified = self.behaviour.cache_verified_blocks_on_output
+        spec_stats: SpecDecodingStats | None = None
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
             if request is None or request.status > finished_after or req_id in failed_loads:
@@ -70,6 +73,9 @@ class SchedulerUpdates(Preemption, EncoderInputs):
             generated = sampled[index] if index is not None and sampled else None
             drafts = all_drafts.get(req_id) if all_drafts else None
             if drafts and generated:
+                if spec_stats is None:
+                    spec_stats = SpecDecodingStats(self.num_spec_tokens)
+                spec_stats.observe(len(drafts), len(generated) - 1)
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
                     request.num_computed_tokens -= num_rejected
@@ -110,6 +116,7 @@ class SchedulerUpdates(Preemption, EncoderInputs):
                                                 request.get_finished_reason()))
         if kv_output is not None:
             self._update_from_kv_xfer_finished(kv_output)
+        self.spec_decoding_stats = spec_stats
         return outputs
 
     def _cache_verified_blocks(self, request: Request, num_trimmed: int,
@@ -207,9 +214,10 @@ class SchedulerUpdates(Preemption, EncoderInputs):
     def has_finished_requests(self) -> bool:
         """Requests finished this step, or (with a connector) finished but still holding
         blocks until a transfer reports back."""
-        if self.finished_req_ids:
-            return True
-        return self.has_connector and len(self.requests) > self.get_num_unfinished_requests()
+        if self.finished_req_ids or not self.has_connector:
+            return bool(self.finished_req_ids)
+        running, waiting = self.get_request_counts()  # paused ones too: they are not finished
+        return len(self.requests) > running + waiting
 
     def has_requests(self) -> bool:
         """Whether the engine must keep stepping: requests unfinished or just finished, KV
@@ -259,4 +267,5 @@ class SchedulerUpdates(Preemption, EncoderInputs):
         running, waiting = self.get_request_counts()
         deferred = len(self.deferred_waiting)
         return SchedulerStats(running, waiting - deferred, self.kv_cache_manager.usage,
-                              self.kv_cache_manager.make_prefix_cache_stats(), deferred)
+                              self.kv_cache_manager.make_prefix_cache_stats(), deferred,
+                              self.spec_decoding_stats)

@@ -7,8 +7,12 @@ at the same place share blocks, and one showing it twice shares its encoder outp
 The encoder's per-step budget and its cache are small next to the images, so items wait for
 budget, the cache evicts the oldest unreferenced entries, and a chunk stops right before an
 image it cannot encode yet; a tight KV pool adds preemptions, which give encoder references
-back. One client reuses an image id for an image of another size: upstream finishes that
-request with an error instead of serving stale embeddings.
+back. Requests carry priorities for the suite's priority variant (where a preemption can
+take back a request scheduled earlier in the same step, and its encoder budget returns). Some images start with tokens that take no embedding (a start marker), so a chunk
+can cover placeholders without encoding anything. One client reuses an image id for an image
+of another size: upstream finishes that request with an error instead of serving stale
+embeddings. New weights arrive mid-run: the encoder cache is reset. A final burst has an
+image request the encoder budget cannot take in its step ahead of a text request.
 
 `multimodal-unchunked` runs the same shape with `disable_chunked_mm_input`: a chunk may not
 end inside an image, and a chunk that would has to stop before it.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from workloads.controls import ControlSpec
 from workloads.generators.common import WorkloadBuilder, poisson_arrivals, rng_for, scaled, seg
 from workloads.model import EngineConfig, Segment, Workload
 from workloads.multimodal import MultimodalConfig, MultimodalItem
@@ -44,6 +49,9 @@ def _images(rng: random.Random, count: int) -> list[Image]:
         if rng.random() < 0.4:  # rows of embeddings, each followed by a break token
             row = rng.choice((7, 11))
             mask = tuple((i % (row + 1)) != row for i in range(length))
+        elif rng.random() < 0.3:  # a start marker and a few tokens without an embedding first
+            lead = rng.randint(2, 6)
+            mask = tuple(i >= lead for i in range(length))
         images.append(Image(f"img-{index}", seg(f"image-{index}", length), mask))
     return images
 
@@ -67,6 +75,9 @@ def _workload(seed: int, scale: float, name: str, family: str, summary: str,
     images = _images(rng, 6)
     systems = [seg(f"system-{i}", rng.randint(20, 50)) for i in range(2)]
     count = scaled(24, scale)
+    previous_segments: list[Segment] = []
+    previous_items: tuple[MultimodalItem, ...] = ()
+    previous_arrival = 0
     for index, arrival in enumerate(poisson_arrivals(rng, count, rate=0.5)):
         segments: list[Segment] = [rng.choice(systems)]
         items: list[MultimodalItem] = []
@@ -83,12 +94,33 @@ def _workload(seed: int, scale: float, name: str, family: str, summary: str,
                                         image.is_embed))
             segments.append(image.segment)
             offset += image.segment.length
-        if index == count // 2 and items:  # a client reusing an id for another image
+        if index == count // 2 and previous_items:
+            # A client reusing an id for another image, while the first is in the cache.
+            segments, items, arrival = previous_segments, list(previous_items), previous_arrival
             first = items[0]
             items[0] = MultimodalItem(first.identifier, first.offset, first.length - 1)
+        if items:
+            previous_segments, previous_items, previous_arrival = segments, tuple(items), arrival
         builder.request(f"mm-{index:04d}", arrival, segments, rng.randint(4, 30),
-                        rng.randint(4, 40), mm_items=tuple(items))
+                        rng.randint(4, 40), mm_items=tuple(items),
+                        priority=0 if unchunked else rng.randint(0, 2))
+        if index == count // 3:  # new weights: every cached embedding is stale
+            builder.control(ControlSpec(arrival + 2, "reset_encoder_cache"))
+        last = arrival
+    _burst(builder, last + 150)
     return builder.build()
+
+
+def _burst(builder: WorkloadBuilder, step: int) -> None:
+    """Three requests at once into an idle engine: two images of 72 embeddings each, which
+    the 120-embedding budget cannot encode in one step, and a text request. The second image
+    starts its prompt, so its chunk is cut to nothing: vLLM 0.32 stops admission there, 0.33
+    skips it and admits the text request behind it in the same step."""
+    for index in range(2):
+        image = seg(f"burst-image-{index}", 72)
+        builder.request(f"burst-{index}", step, [image], 8, 8,
+                        mm_items=(MultimodalItem(f"burst-{index}", 0, 72),))
+    builder.request("burst-text", step, [seg("burst-text", 40)], 0, 8)
 
 
 def generate(seed: int, scale: float, name: str) -> Workload:

@@ -5,7 +5,9 @@ block-aligned chunking the multimodal paths were not probed with) gets an encode
 request, up to three items placed anywhere in its prompt without overlapping: identifiers from
 a pool of four, so items recur within a request and across requests (shared encoder outputs,
 prefix hits keyed by items); some with break tokens (`is_embed` masks); now and then one
-reusing an identifier with another size (upstream errors such a request). Encoder budgets and
+reusing an identifier with another size (upstream errors such a request). Items often sit at
+the prompt's start or right after the item before, so requests sharing a prefix share the
+items' blocks and a prefix hit can end inside an item. Encoder budgets and
 cache sizes run from smaller than one item pair to roomy, so items wait for budget, evict each
 other and are cut around; `disable_chunked_mm_input` is drawn too, with items no longer than a
 step's budget or the long-prefill threshold (past those, vLLM 0.33 never schedules such an item
@@ -71,7 +73,9 @@ def _with_items(draw: Any, request: RequestSpec,
         length, mask = shapes[identifier]
         if length > 1 and draw(st.integers(0, 9), label="reused id") == 0:
             length, mask = length - 1, None  # a client reusing an id for another image
-        gap = draw(st.integers(0, 12), label="gap")
+        # Often right after the previous item or the prompt's start: requests sharing a
+        # prefix then share the item's blocks too, and a prefix hit can end inside an item.
+        gap = draw(st.sampled_from((0, 0, 0, 1, 5, 12)), label="gap")
         if position + gap + length > request.prompt_len:
             break
         items.append(MultimodalItem(identifier, position + gap, length, mask))

@@ -42,6 +42,7 @@ from conformance.systems.protocol import (
     block_hashes_of,
     block_ids,
     block_tables_of,
+    spec_counts,
 )
 from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
 from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
@@ -268,10 +269,12 @@ class UpstreamSystem:
             if eco.scheduler_stats is not None:
                 s = eco.scheduler_stats.prefix_cache_stats
                 stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
-                                   s.preempted_queries, s.preempted_hits)
+                                   s.preempted_queries, s.preempted_hits, bool(s.reset))
                 made = eco.scheduler_stats
-                counts = SchedulerStats(made.num_running_reqs, made.num_waiting_reqs,
-                                        made.kv_cache_usage)
+                counts = SchedulerStats(
+                    made.num_running_reqs, made.num_waiting_reqs, made.kv_cache_usage,
+                    getattr(made, "num_skipped_waiting_reqs", 0),
+                    spec_counts(made.spec_decoding_stats))
         return Update(tuple(outputs), stats, counts)
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
