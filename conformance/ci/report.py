@@ -73,7 +73,8 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "Hypothesis state machines, one per cache family (full, window, chunked, mamba, hybrids)"),
     ("Scheduler lockstep", ("test_sched_", "test_generated_"),
      "the scheduler twin and upstream's, step by step: generated workloads, the suite, "
-     "regressions, planted bugs the comparer must catch, liveness, traces"),
+     "regressions, planted bugs the comparer must catch, liveness, traces, multimodal "
+     "requests and operator controls"),
     ("Mutation killers", ("test_mutation",), "workloads that kill known mutants of impl/"),
     ("Runner and engine", ("test_runner_",),
      "greedy tokens equal Hugging Face and upstream's engine; Triton kernel vs torch"),

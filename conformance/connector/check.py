@@ -91,7 +91,7 @@ def check_connector(spec: str, workload: Workload, *, load_latency_steps: int = 
 def _plugged_system(workload: Workload, module_name: str, name: str) -> Any:
     """Upstream's scheduler with the plugged connector (SimpleCPUOffload's byte budget and
     `kv_cache_tensors` sizing apply to any connector that reads them)."""
-    from conformance.systems.upstream.system import installed_adapter
+    from conformance.systems.upstream.eras import installed_adapter
 
     return installed_adapter()(workload.config, connector_class=(module_name, name))
 

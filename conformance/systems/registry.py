@@ -55,7 +55,7 @@ def _import_from_cwd() -> None:
 
 def _upstream_factory(scheduler_cls: str | None) -> Callable[[EngineConfig], Any]:
     def build(config: EngineConfig) -> Any:
-        from conformance.systems.upstream.system import installed_adapter
+        from conformance.systems.upstream.eras import installed_adapter
 
         return installed_adapter()(config, scheduler_cls)
 

@@ -38,6 +38,8 @@ from conformance.systems.protocol import (
     SystemState,
     TokenOutput,
     Update,
+)
+from conformance.systems.readback import (
     block_hashes_of,
     block_ids,
     block_tables_of,

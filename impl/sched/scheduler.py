@@ -14,7 +14,7 @@ from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.types import OffloadMetadata
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
-from impl.sched.admission_rules import AdmissionRules
+from impl.sched.admission import Admission
 from impl.sched.config import SchedulerConfig, check_mamba_caching
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
@@ -22,7 +22,6 @@ from impl.sched.encoder_cache import EncoderCacheManager
 from impl.sched.make_output import make_output
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import (
-    PLACEHOLDER_DRAFT,
     SchedulerOutput,
 )
 from impl.sched.pause import PauseState
@@ -33,10 +32,9 @@ from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.step_plan import StepPlan
 from impl.sched.tracing import points as trace_points
 from impl.sched.tracing.tracer import Tracer
-from impl.sched.updates import SchedulerUpdates
 
 
-class Scheduler(SchedulerUpdates, AdmissionRules):
+class Scheduler(Admission):
     # Set by `ConnectorPaths._setup_connector`; declared here for the mypyc build, which
     # types this class's attributes from its own body.
     has_connector: bool
@@ -226,134 +224,11 @@ class Scheduler(SchedulerUpdates, AdmissionRules):
             plan.spec_tokens[request.request_id] = request.spec_token_ids[:num_spec]
         request.spec_token_ids = []
 
-    def _prefill_threshold(self) -> int:
-        """The per-request chunk cap, which only matters when requests compete: a request alone
-        in the scheduler may use the whole budget."""
-        if self.get_num_unfinished_requests() > 1:
-            return self.scheduler_config.long_prefill_token_threshold
-        return 0
-
     def _nothing_left_to_schedule(self, request: Request) -> bool:
         """Async scheduling: the in-flight step already reaches max_tokens (drafts rejected)."""
         return (request.num_output_placeholders > 0
                 and request.num_computed_tokens + 2 - request.num_output_placeholders
                 >= request.num_prompt_tokens + request.max_tokens)
-
-    def _admit_waiting(self, plan: StepPlan, hold_prefill: bool) -> None:
-        """Admit waiting (and preempted) requests while budget, seats and blocks last; stop at
-        the first that does not fit (the queue order is the policy's promise)."""
-        config = self.scheduler_config
-        kv = self.kv_cache_manager
-        threshold = self._prefill_threshold()
-        # An admitted decode is padded to a uniform spec-decode batch only if no running request
-        # of this step continues a prefill, and this is a decode (a running request scheduled
-        # already, or computed tokens of its own: a bare 1-token prompt alone is a prefill).
-        no_prefill_running = not plan.prefill_running
-        loras = self._loras_in_use(plan)
-        skipped: list[Request] = []
-        holding: list[Request] = []  # skipped requests that hold blocks
-        # Paused for new requests: only those holding KV blocks (their loads) are admitted.
-        admits_new = self.pause_state == PauseState.UNPAUSED
-        while plan.token_budget > 0:
-            # (Tested here, not in the loop's condition: mypyc miscompiles the `continue`s
-            # below when that condition mixes a bool with the queues' truth values.)
-            if not self.kv_holding_waiting and not (admits_new and len(self.waiting) > 0):
-                break
-            if len(self.running) == self.max_num_running_reqs:
-                break
-            queue = self.kv_holding_waiting or self.waiting
-            request = queue.peek_request()
-            if (request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-                    and not self._remote_kv_ready(request)):
-                holding.append(queue.pop_request())  # its load is still in flight
-                self.deferred_waiting.add(request.request_id)
-                continue
-            if (loras is not None and request.lora_name is not None
-                    and len(loras) == config.max_loras and request.lora_name not in loras):
-                # its adapter would exceed max_loras
-                (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
-                self.deferred_waiting.add(request.request_id)
-                continue
-            num_external, load_async = 0, False
-            if request.num_computed_tokens == 0:
-                hits, num_hit = kv.get_computed_blocks(request)
-                if self.connector is not None:
-                    num_external, load_async = self.connector.get_num_new_matched_tokens(
-                        request, num_hit)
-                    if request.skip_reading_prefix_cache:
-                        num_external, load_async = 0, False
-                num_computed = num_hit + num_external
-                if self.tracer is not None:
-                    trace_points.prefix_cache_event(self.tracer, request, num_hit)
-            else:
-                hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
-            if load_async:
-                if not self._start_load(request, queue, hits, num_hit, num_external, holding):
-                    break
-                continue
-            if hold_prefill and num_computed < request.num_tokens - 1:
-                break  # prompt left to compute: wait for a step that carries prefill
-            num_new = request.num_tokens - num_computed
-            pad = 0
-            if no_prefill_running and (plan.scheduled_running or num_computed > 0):
-                pad = self._uniform_decode_padding(num_computed, num_new)
-                if pad and num_new + pad > plan.token_budget:
-                    break  # upstream would rather not schedule it than schedule it unpadded
-                num_new += pad
-            if 0 < threshold < num_new:
-                num_new = threshold
-            if not config.enable_chunked_prefill and num_new > plan.token_budget:
-                break
-            num_new = min(num_new, plan.token_budget)
-            if self.mamba_split is not None and not (
-                    num_new := self.mamba_split.clip(request, num_new, num_hit)):
-                break  # no block-aligned chunk fits: admission stops
-            if request.mm_features:
-                num_new = self.choose_encoder_inputs(plan, request, num_computed, num_new)
-            if num_new == 0:  # its next item does not fit the encoder
-                if not self.behaviour.encoder_blocked_admission_skips:
-                    break  # admission stops
-                # The requests behind it still get their turn.
-                (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
-                self.deferred_waiting.add(request.request_id)
-                continue
-            blocks = kv.allocate_slots(request, num_new, num_hit, hits,
-                                       num_lookahead_tokens=self.num_lookahead_tokens,
-                                       full_sequence_must_fit=config.scheduler_reserve_full_isl)
-            if blocks is None:
-                if request.mm_features:  # the references its encoder choice took go back
-                    self.encoder_cache.free(request)
-                break
-            if self.connector is not None:
-                self.connector.update_state_after_alloc(request, kv.get_blocks(
-                    request.request_id), 0)
-            if request.num_computed_tokens == 0:  # only admitted lookups count
-                kv.record_prefix_cache_stats(request, num_hit)
-            queue.pop_request()
-            self.running.append(request)
-            if request.status == RequestStatus.PREEMPTED:
-                plan.scheduled_resumed.append(request)
-            else:
-                plan.scheduled_new.append(request)
-            plan.schedule(request, num_new, kv.get_blocks(request.request_id))
-            if request.mm_features:
-                self.commit_encoder_inputs(plan, request)
-            if pad:
-                plan.spec_tokens[request.request_id] = [PLACEHOLDER_DRAFT] * pad
-            plan.prefill_admitted |= num_computed < request.num_tokens - 1
-            if loras is not None and request.lora_name is not None:
-                loras.add(request.lora_name)
-            self.deferred_waiting.discard(request.request_id)
-            request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_computed
-            if request.num_cached_tokens < 0:
-                request.num_cached_tokens = num_computed
-            if self.has_connector and num_computed + num_new < request.num_tokens:
-                self.inflight_prefills[request.request_id] = request
-        for request in reversed(skipped):  # back to the front, in their order
-            self.waiting.prepend_request(request)
-        for request in reversed(holding):
-            self.kv_holding_waiting.prepend_request(request)
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
         requests = self.requests

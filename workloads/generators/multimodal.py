@@ -8,8 +8,9 @@ The encoder's per-step budget and its cache are small next to the images, so ite
 budget, the cache evicts the oldest unreferenced entries, and a chunk stops right before an
 image it cannot encode yet; a tight KV pool adds preemptions, which give encoder references
 back. Requests carry priorities for the suite's priority variant (where a preemption can
-take back a request scheduled earlier in the same step, and its encoder budget returns). Some images start with tokens that take no embedding (a start marker), so a chunk
-can cover placeholders without encoding anything. One client reuses an image id for an image
+take back a request scheduled earlier in the same step, and its encoder budget returns).
+Some images start with tokens that take no embedding (a start marker), so a chunk can cover
+placeholders without encoding anything. One client reuses an image id for an image
 of another size: upstream finishes that request with an error instead of serving stale
 embeddings. New weights arrive mid-run: the encoder cache is reset. A final burst has an
 image request the encoder budget cannot take in its step ahead of a text request.

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.systems.protocol import CacheEvent, external_hash
+from conformance.systems.protocol import CacheEvent
+from conformance.systems.readback import external_hash
 
 
 class EventSink:

@@ -2,7 +2,7 @@
 
 One adapter class per upstream API era: `UpstreamSystem` is the 0.32 era; another era is a
 subclass that names its versions in `VERSIONS` and overrides only what changed, and
-`adapter_for` picks the class for the vLLM installed in this process (a worker process runs
+`eras.adapter_for` picks the class for the vLLM installed in this process (a worker process runs
 each release in its own environment, see `conformance.systems.remote`).
 
 Built in-process from a workload's `EngineConfig` (see `upstream_config`), driven the way
@@ -39,11 +39,8 @@ from conformance.systems.protocol import (
     SystemState,
     TokenOutput,
     Update,
-    block_hashes_of,
-    block_ids,
-    block_tables_of,
-    spec_counts,
 )
+from conformance.systems.readback import block_hashes_of, block_ids, block_tables_of, spec_counts
 from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
 from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
 from conformance.systems.upstream.events import EventSink, upstream_event
@@ -336,50 +333,3 @@ class UpstreamSystem:
 
     def check_integrity(self) -> None:
         """Upstream has no integrity check of its own; the comparison is the check."""
-
-
-class Upstream033System(UpstreamSystem):
-    """The 0.33 era: the 0.32 adapter unchanged so far (0.33 moved options the harness does
-    not set; its mamba manager wants cache mode 'align' with prefix caching, a twin matter)."""
-
-    VERSIONS = ("0.33.",)
-
-
-class Upstream019System(UpstreamSystem):
-    """The 0.19 era: no hash block size apart from the block size (neither `KVCacheConfig`
-    nor the scheduler takes one: `capabilities.honour` leaves it out, and refuses a workload
-    that sets another), no `kv_holding_waiting` (its skipped requests wait in
-    `skipped_waiting`), no KV connector driven."""
-
-    VERSIONS = ("0.19.",)
-
-    MEMBERS = (*SCHEDULER_MEMBERS, "skipped_waiting")
-
-    def cache_arguments(self) -> dict[str, Any]:
-        if self.config.kv_connector is not None:
-            raise UserError("kv_connector: the 0.19 adapter does not drive a KV connector "
-                            "(its offload tier is not checked against this harness); compare "
-                            "offload workloads with vllm==0.32.0 or 0.33.0")
-        return super().cache_arguments()
-
-    def waiting_queues(self) -> tuple[Any, ...]:
-        return (self.scheduler.skipped_waiting, self.scheduler.waiting)
-
-
-ERAS: tuple[type[UpstreamSystem], ...] = (UpstreamSystem, Upstream033System, Upstream019System)
-
-
-def adapter_for(version: str) -> type[UpstreamSystem]:
-    """The adapter class of the era `version` belongs to (a `UserError` if none does)."""
-    for era in ERAS:
-        if version.startswith(era.VERSIONS):
-            return era
-    known = ", ".join(f"{v}x" for era in ERAS for v in era.VERSIONS)
-    raise UserError(f"no upstream adapter for vLLM {version} (eras: {known})")
-
-
-def installed_adapter() -> type[UpstreamSystem]:
-    """The adapter of the vLLM importable in this process."""
-    from vllm import __version__ as version
-
-    return adapter_for(version)

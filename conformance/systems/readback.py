@@ -1,0 +1,58 @@
+"""Reading a scheduler back into the canonical records: block ids and tables, block hashes,
+spec-decoding counts. Shared by the adapters (the twin's, upstream's), which hold objects of
+the same shape (`KVCacheBlocks`, requests with `block_hashes`, `SpecDecodingStats`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conformance.systems.protocol import BlockIds, SpecDecodingCounts
+
+
+def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
+    """Block ids per group as the records hold them (tuples: hashable, comparable)."""
+    return tuple(tuple(ids) for ids in per_group)
+
+
+def block_hashes_of(requests: Mapping[str, Any],
+                    since: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+    """Block hashes (full hex) of each request in `since`, from index `since[id]` on, read from
+    a scheduler's `requests` map (impl's and upstream's requests both keep `block_hashes`).
+    Unknown requests and requests with nothing new are left out."""
+    hashes = {}
+    for rid, start in since.items():
+        request = requests.get(rid)
+        if request is not None and len(request.block_hashes) > start:
+            hashes[rid] = tuple(bytes(h).hex() for h in request.block_hashes[start:])
+    return hashes
+
+
+def block_tables_of(manager: Any, request_ids: Sequence[str]) -> dict[str, BlockIds]:
+    """The whole non-empty block tables of `request_ids` from a KV-cache manager (impl's or
+    upstream's: both expose `get_block_ids(request_id)`)."""
+    tables = {}
+    for rid in request_ids:
+        ids = block_ids(manager.get_block_ids(rid))
+        if any(ids):
+            tables[rid] = ids
+    return tables
+
+
+def external_hash(value: bytes | int) -> str:
+    """A block hash as KV events show it: upstream's default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
+    keeps the low 64 bits of the big-endian hash; 16 hex digits either way."""
+    if isinstance(value, bytes):
+        value = int.from_bytes(value, "big")
+    return f"{value & ((1 << 64) - 1):016x}"
+
+
+def spec_counts(stats: Any) -> SpecDecodingCounts | None:
+    """A scheduler's `SpecDecodingStats` (the twin's or upstream's: the same field names) as
+    canonical counts; None stays None."""
+    if stats is None:
+        return None
+    return SpecDecodingCounts(stats.num_drafts, stats.num_draft_tokens,
+                              stats.num_accepted_tokens,
+                              tuple(stats.num_accepted_tokens_per_pos),
+                              tuple(stats.num_draft_tokens_per_pos))
