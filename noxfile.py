@@ -302,13 +302,35 @@ def docs(session: nox.Session) -> None:
     docs/cli/ regenerated from the argparse parsers (`python -m conformance.cli.reference`),
     then `mkdocs build --strict` into site/, where a warning, a broken link or anchor, or a page
     left out of the nav fails the build. `nox -s docs -- --check` (what CI runs) rewrites no
-    page and fails on a stale one. Its own virtualenv: the package and mkdocs, no torch or
+    page and fails on a stale one; `-- --screenshots` first retakes docs/img/ from the browser
+    tests (needs chromium). Its own virtualenv: the package and mkdocs, no torch or
     vLLM (~40 s the first time, a few seconds after)."""
     session.install("-e", ".[docs]")
     check = ["--check"] if "--check" in session.posargs else []
+    if "--screenshots" in session.posargs:
+        refresh_screenshots(session)
     session.run("python", "-m", "conformance.cli.reference", *check)
     # NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0 (mkdocs<2 is pinned).
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+def refresh_screenshots(session: nox.Session) -> None:
+    """docs/img/*.png from the browser tests' screenshots (the report pages of a passing and a
+    failing run, the runs index), taken into a scratch directory and copied over."""
+    import tempfile
+    from pathlib import Path
+
+    session.install("-e", ".[docs,test]")
+    with tempfile.TemporaryDirectory(prefix="vtwin-shots-") as scratch:
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "conformance/tests/test_browser_report.py",
+                    env={"VTWIN_REPORT_DIR": scratch})
+        shots = sorted((Path(scratch) / "screenshots").glob("*.png"))
+        if not shots:
+            session.error("the browser tests took no screenshot (is chromium installed?)")
+        for shot in shots:
+            shutil.copy(shot, Path("docs/img") / shot.name)
+        session.log(f"docs/img: {len(shots)} screenshots refreshed")
 
 
 @nox.session(python=PYTHON)
