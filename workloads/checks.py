@@ -103,6 +103,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         multimodal=None if model.multimodal is None else MultimodalConfig(
             model.multimodal.max_num_encoder_input_tokens, model.multimodal.encoder_cache_size,
             model.multimodal.disable_chunked_mm_input),
+        log_stats=model.log_stats,
     )
 
 

@@ -144,6 +144,7 @@ class EngineConfig:
     continuum: ContinuumConfig | None = None  # read only under policy "continuum"
     kv_connector: KVConnectorConfig | None = None  # None: no connector
     multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
+    log_stats: bool = True  # False: the scheduler keeps and reports no stats
 
     @property
     def usable_blocks(self) -> int:
@@ -179,6 +180,7 @@ class EngineConfig:
                if self.kv_connector is not None else {}),
             **({"multimodal": self.multimodal.to_dict()}
                if self.multimodal is not None else {}),
+            **({"log_stats": False} if not self.log_stats else {}),
         }
 
 

@@ -116,6 +116,7 @@ class EngineConfigModel(_Strict):
     continuum: ContinuumModel | None = None
     kv_connector: KVConnectorModel | None = None
     multimodal: MultimodalModel | None = None
+    log_stats: bool = True
 
 
 class HeaderModel(_Strict):

@@ -102,6 +102,9 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "drafts offered mid-prefill are dropped, uniform padding beside prefills",
                _variant("spec-decode", "spec-decode-chunked", "32-token budget, threshold 24",
                         max_num_batched_tokens=32, long_prefill_token_threshold=24)),
+    SuiteEntry("spec-decode-stats-off", "speculative decoding with stats off (no prefix-cache, "
+               "spec-decoding or scheduler stats kept or reported)",
+               _variant("spec-decode", "spec-decode-stats-off", "stats off", log_stats=False)),
     SuiteEntry("bursty", "async scheduling with bursts and aborts", _bundled("bursty")),
     SuiteEntry("multi-turn", "multi-turn conversations reusing prefixes",
                _bundled("multi-turn")),

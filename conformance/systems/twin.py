@@ -87,7 +87,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
     return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
                          none_hash=none_hash,
-                         log_stats=True)
+                         log_stats=config.log_stats)
 
 
 def encoder_settings(config: EngineConfig) -> dict[str, Any]:
@@ -224,6 +224,8 @@ class ImplSystem:
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
                                     o.stop_reason) for o in result)
         made = self.scheduler.make_stats()
+        if made is None:  # stats off
+            return Update(outputs, None, None)
         s = made.prefix_cache_stats
         stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
                                                   s.preempted_requests, s.preempted_queries,

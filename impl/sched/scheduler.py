@@ -51,9 +51,10 @@ class Scheduler(Admission):
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
         self.max_model_len = scheduler_config.max_model_len
         self.policy = scheduler_config.policy
-        # `none_hash` seeds the requests' block hashers (built by the caller) and `log_stats`
-        # the KV-cache manager's stats below; the scheduler keeps neither.
+        # `none_hash` seeds the requests' block hashers (built by the caller); `log_stats` off:
+        # no prefix-cache, spec-decoding or scheduler stats are kept or made.
         self.behaviour = scheduler_config.behaviour
+        self.log_stats = log_stats
         check_mamba_caching(scheduler_config, kv_cache_config)
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config, scheduler_config.max_model_len,

@@ -70,3 +70,4 @@ class SchedulerState:
     prev_step_scheduled_req_ids: set[str]
     preempted_between_steps: set[str]
     spec_decoding_stats: SpecDecodingStats | None
+    log_stats: bool

@@ -73,9 +73,10 @@ class SchedulerUpdates(Preemption, EncoderInputs):
             generated = sampled[index] if index is not None and sampled else None
             drafts = all_drafts.get(req_id) if all_drafts else None
             if drafts and generated:
-                if spec_stats is None:
-                    spec_stats = SpecDecodingStats(self.num_spec_tokens)
-                spec_stats.observe(len(drafts), len(generated) - 1)
+                if self.log_stats:
+                    if spec_stats is None:
+                        spec_stats = SpecDecodingStats(self.num_spec_tokens)
+                    spec_stats.observe(len(drafts), len(generated) - 1)
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
                     request.num_computed_tokens -= num_rejected
@@ -261,9 +262,11 @@ class SchedulerUpdates(Preemption, EncoderInputs):
     def get_kv_cache_usage(self) -> float:
         return self.kv_cache_manager.usage
 
-    def make_stats(self) -> SchedulerStats:
+    def make_stats(self) -> SchedulerStats | None:
         """Requests skipped by admission (`deferred_waiting`) are reported apart from those
-        waiting for room."""
+        waiting for room; None with stats off."""
+        if not self.log_stats:
+            return None
         running, waiting = self.get_request_counts()
         deferred = len(self.deferred_waiting)
         return SchedulerStats(running, waiting - deferred, self.kv_cache_manager.usage,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from impl.sched.output import DraftTokenIds
 from impl.sched.pause import PauseState
 from tests.sched.helpers import make_request, make_scheduler, scheduled, step
 
@@ -57,3 +58,22 @@ def test_a_reset_preempting_running_requests_succeeds_and_reports_them_next_step
     assert out.scheduled_cached_reqs.resumed_req_ids == {"a", "b"}
     assert scheduled(out) == {"a": 41, "b": 41}  # recomputed from scratch, no prefix left
     s.check_integrity()
+
+
+def test_with_stats_off_nothing_is_kept_or_reported() -> None:
+    from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from impl.sched.config import SchedulerConfig
+    from impl.sched.scheduler import Scheduler
+    from tests.sched.helpers import NONE_HASH
+
+    s = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
+                                  num_spec_tokens=2),
+                  KVCacheConfig(33, (KVCacheGroupSpec(("layer",), FullAttentionSpec(16)),)),
+                  none_hash=NONE_HASH, log_stats=False)
+    s.add_request(make_request("a", range(100, 140)))
+    step(s)
+    s.update_draft_token_ids(DraftTokenIds(["a"], [[7, 7]]))
+    step(s)  # drafts verified: no spec-decoding stats either
+    assert s.make_stats() is None
+    assert s.kv_cache_manager.prefix_cache_stats is None
+    assert s.spec_decoding_stats is None

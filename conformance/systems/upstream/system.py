@@ -88,7 +88,7 @@ class UpstreamSystem:
                            owner="Scheduler")
         self.scheduler: Any = scheduler_class(
             vllm_config=vllm_config, structured_output_manager=StructuredOutputManager(vllm_config),
-            log_stats=True, **arguments)
+            log_stats=config.log_stats, **arguments)
         check_members(self.scheduler, self.MEMBERS, version)
         # The records follow the V1 model runner's layout (resumed requests are cached ones);
         # V2 is only chosen where Triton runs, which a CPU oracle never has, but pin it anyway.
