@@ -37,6 +37,7 @@ from workloads.schema import (
     PlanModel,
     RequestModel,
 )
+from workloads.streaming import StreamChunk, check_stream
 
 _Fail = Callable[[str, str], WorkloadError]
 
@@ -202,6 +203,16 @@ def _request(
         raise fail("mm_items", "a request that continues another ('after') cannot carry "
                    "multimodal items yet: its prompt is only known at run time")
     check_items(mm_items, prompt_len, config.multimodal, fail)
+    stream = tuple(StreamChunk(c.arrival_step, tuple(c.prompt_token_ids), c.max_tokens)
+                   for c in rec.stream)
+    for index, chunk in enumerate(stream):
+        _check_vocab(list(chunk.prompt_token_ids), vocab, f"stream[{index}].prompt_token_ids",
+                     fail)
+    if rec.stream_end_step is not None and (rec.after is not None or mm_items):
+        raise fail("stream_end_step", "a streaming session cannot continue another request "
+                   "('after') or carry multimodal items yet")
+    check_stream(arrival, prompt_len, rec.max_tokens, stream, rec.stream_end_step,
+                 config.max_model_len, fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -219,6 +230,9 @@ def _request(
         is_last_step=rec.is_last_step,
         after=None if rec.after is None else AfterSpec(rec.after.request_id, rec.after.gap_ms),
         mm_items=mm_items,
+        stream=stream,
+        stream_end_step=rec.stream_end_step,
+        resumable=rec.stream_end_step is not None,
     )
 
 
@@ -260,6 +274,9 @@ def _aborts(
             raise WorkloadError(
                 source, item.line, "request_id", f"abort of unknown request {rid!r}"
             )
+        if target.record.stream_end_step is not None:
+            raise WorkloadError(source, item.line, "request_id", f"request {rid!r} is a "
+                                "streaming session: it ends with its close (stream_end_step)")
         if rid in seen:
             problem = f"request {rid!r} is already aborted on line {seen[rid]}"
             raise WorkloadError(source, item.line, "request_id", problem)

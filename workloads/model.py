@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from workloads.controls import ControlSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
+from workloads.streaming import StreamChunk
 
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
 MambaCacheMode = Literal["none", "align"]
@@ -246,6 +247,13 @@ class RequestSpec:
     is_last_step: bool = True
     after: AfterSpec | None = None
     mm_items: tuple[MultimodalItem, ...] = ()  # sorted by offset (`workloads.multimodal`)
+    # A streaming-input session (`workloads.streaming`): later input parts, and the step the
+    # client closes it (None: an ordinary request).
+    stream: tuple[StreamChunk, ...] = ()
+    stream_end_step: int | None = None
+    # What the driver hands a system for a session's later parts and its close: a resumable
+    # request under the same id (a part), or a non-resumable empty one (the close).
+    resumable: bool = False
 
     @property
     def prompt_len(self) -> int:

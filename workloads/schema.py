@@ -146,6 +146,12 @@ class AfterModel(_Strict):
     gap_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+class StreamChunkModel(_Strict):
+    arrival_step: NonNegInt
+    prompt_token_ids: Annotated[list[NonNegInt], Field(min_length=1)]
+    max_tokens: PosInt
+
+
 class RequestModel(_Strict):
     type: Literal["request"]
     request_id: Name
@@ -165,6 +171,8 @@ class RequestModel(_Strict):
     is_last_step: bool = True
     after: AfterModel | None = None
     mm_items: list[MultimodalItemModel] = Field(default_factory=list)
+    stream: list[StreamChunkModel] = Field(default_factory=list)
+    stream_end_step: NonNegInt | None = None
 
 
 class AbortModel(_Strict):

@@ -79,6 +79,10 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
             record[key] = value
     if request.mm_items:
         record["mm_items"] = [item.to_dict() for item in request.mm_items]
+    if request.stream:
+        record["stream"] = [chunk.to_dict() for chunk in request.stream]
+    if request.stream_end_step is not None:
+        record["stream_end_step"] = request.stream_end_step
     return record
 
 

@@ -36,7 +36,7 @@ from conformance.systems.protocol import (
     Update,
     apply_control,
 )
-from workloads.model import Workload
+from workloads.model import RequestSpec, Workload
 
 BATCH_QUEUE_DEPTH = 2
 _NO_STATE = SystemState((), (), BlockCounts(0, 0, 0))
@@ -50,6 +50,27 @@ class Step:
     before: SystemState
     record: StepRecord
     events: tuple[CacheEvent, ...]
+
+
+def session_parts(workload: Workload) -> list[RequestSpec]:
+    """Every streaming session's later input parts and its close, as the requests the client
+    sends under the session's id, in step order: a part is resumable and carries its tokens
+    and `max_tokens` (the session's sampling settings otherwise); the close is an empty,
+    non-resumable request (`workloads.streaming`)."""
+    parts: list[RequestSpec] = []
+    for request in workload.requests:
+        if request.stream_end_step is None:
+            continue
+        for chunk in request.stream:
+            parts.append(replace(request, arrival_step=chunk.arrival_step,
+                                 prompt_token_ids=chunk.prompt_token_ids,
+                                 max_tokens=chunk.max_tokens, prompt_spec=None, stream=(),
+                                 min_tokens=min(request.min_tokens, chunk.max_tokens)))
+        parts.append(replace(request, arrival_step=request.stream_end_step,
+                             prompt_token_ids=(), max_tokens=1, min_tokens=0, prompt_spec=None,
+                             stream=(), resumable=False))
+    parts.sort(key=lambda part: part.arrival_step)
+    return parts
 
 
 def default_max_steps(workload: Workload) -> int:
@@ -99,14 +120,17 @@ class Driver:
         arrivals = self.arrivals
         aborts = deque(self.workload.aborts)
         controls = deque(self.workload.controls)
+        parts = deque(session_parts(self.workload))
         step = 0
-        while arrivals or self.system.has_requests() or self._queue or controls:
+        while arrivals or self.system.has_requests() or self._queue or controls or parts:
             if step >= self.max_steps:
                 raise self._stalled(step - 1, "step-cap", f"workload {self.workload.name!r} "
                                     f"still running after {self.max_steps} steps")
             aborting = bool(aborts and aborts[0].step <= step)
             for request in arrivals.due(step):
                 self.system.add_request(request, float(step))
+            while parts and parts[0].arrival_step <= step:  # sessions' input parts, closes
+                self.system.add_request(parts.popleft(), float(step))
             aborted: list[str] = []
             while aborts and aborts[0].step <= step:
                 request_id = aborts.popleft().request_id
@@ -136,9 +160,10 @@ class Driver:
                 outputs=sum(1 for o in done.record.outputs
                             if o.new_token_ids or o.finish_reason is not None)
                 + (0 if report is None else len(report.finished_loads)),
-                # A pending control (an unpause, a reset) may be what the run waits for.
+                # A pending control (an unpause, a reset) or a session's next input part may
+                # be what the run waits for.
                 aborting=aborting or bool(applied_controls),
-                aborts_pending=bool(aborts) or bool(controls),
+                aborts_pending=bool(aborts) or bool(controls) or bool(parts),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
             if stall is not None:

@@ -22,6 +22,8 @@ NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba-none": "mamba groups with a connector are not modelled by the twin",
     "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
+    "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "
+                          "eighth the ordinary requests never get in (both sides stall alike)",
     "operator-controls": "its forced prefix-cache reset comes while a request loads from the "
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
 }

@@ -34,7 +34,6 @@ class FakeRunner:
         self.model = TokenModel(workload)
         self.num_spec_tokens = workload.config.num_spec_tokens
         self.async_scheduling = async_scheduling
-        self._prompt_len = {r.request_id: r.prompt_len for r in workload.requests}
         self._state: dict[str, _RequestState] = {}
 
     def execute(self, scheduled: Scheduled) -> RunnerOutput:
@@ -43,9 +42,10 @@ class FakeRunner:
         for new in scheduled.new_reqs:
             computed[new.req_id] = new.num_computed_tokens
             state = self._state.get(new.req_id)
-            if state is None:
-                plen = self._prompt_len[new.req_id]
-                self._state[new.req_id] = _RequestState(plen, plen)
+            if state is None or state.prompt_len != new.prompt_len:
+                # A new request, or a streaming session's next part (its prompt has grown by
+                # its kept outputs and the part; its outputs count from 0 again).
+                self._state[new.req_id] = _RequestState(new.prompt_len, new.prompt_len)
             else:
                 state.drafts = []
         for cached in scheduled.cached_reqs:

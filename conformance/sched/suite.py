@@ -136,6 +136,9 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "gets nothing), a reused image id", _multimodal_hits),
     SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
                "before an item they cannot cover)", _bundled("multimodal-unchunked")),
+    SuiteEntry("streaming-sessions", "streaming-input sessions: turns, parts queued or awaited "
+               "with seats and blocks held, closes while running or waiting",
+               _bundled("streaming-sessions")),
     SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "
                "(refused, forced, idle), pauses of new and of all requests",
                _bundled("operator-controls")),

@@ -152,6 +152,7 @@ class ImplSystem:
             # hashes depend on whether equal identifiers are one object).
             mm_features=[MultiModalFeature(sys.intern(m.identifier), m.offset, m.length,
                                            m.is_embed) for m in request.mm_items],
+            resumable=request.resumable,
         ))
 
     def control(self, control: ControlSpec) -> bool | None:

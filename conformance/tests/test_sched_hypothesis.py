@@ -23,6 +23,7 @@ from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies.controls import control_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads
+from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
 from conformance.tests.reference import Pair
@@ -80,6 +81,19 @@ def test_generated_control_workloads_match_upstream_exactly(pair: Pair,
     """Operator controls between steps (`strategies.controls`): resets and pauses at any
     step, steered toward preemptions (a forced reset preempts everything) and prefix hits
     (what a reset takes away)."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.preemptions), label="preemptions")
+    target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
+    _assert_exact(workload, result)
+
+
+@given(streaming_workloads())
+def test_generated_streaming_workloads_match_upstream_exactly(pair: Pair,
+                                                              workload: Workload) -> None:
+    """Streaming-input sessions (`strategies.streaming`): steered toward preemptions (a
+    session waiting for input holds blocks others need) and prefix hits."""
     result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
     note(dumps(workload))
     activity = result.activity

@@ -135,6 +135,12 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.remove_skipped_blocks(request_id, num_computed_tokens)
 
+    def prompt_grew(self, request_id: str) -> None:
+        """A streaming session's prompt grew (its next input part): its prompt tail moved, so
+        each group registers the new one when it caches there (`FullAttentionManager`)."""
+        for manager in self.managers:
+            manager.tail_registered.discard(request_id)
+
     def get_blocks(self, request_id: str) -> PerGroupBlocks:
         return tuple(manager.req_to_blocks.get(request_id, []) for manager in self.managers)
 

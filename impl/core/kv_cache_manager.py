@@ -246,6 +246,9 @@ class KVCacheManager:
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         return self.coordinator.pop_blocks_for_free(request.request_id)
 
+    def prompt_grew(self, request_id: str) -> None:
+        self.coordinator.prompt_grew(request_id)
+
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         self.coordinator.remove_skipped_blocks(request_id, num_computed_tokens)
 

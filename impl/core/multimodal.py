@@ -15,14 +15,13 @@ from itertools import accumulate
 
 
 class MultiModalFeature:
-    __slots__ = ("identifier", "offset", "length", "is_embed", "_embeds_through")
+    __slots__ = ("identifier", "offset", "length", "_embeds_through")
 
     def __init__(self, identifier: str, offset: int, length: int,
                  is_embed: Sequence[bool] | None = None) -> None:
         self.identifier = identifier
         self.offset = offset
         self.length = length
-        self.is_embed: tuple[bool, ...] | None = None if is_embed is None else tuple(is_embed)
         # Embeddings among placeholders 0..i, for each i (None: one per placeholder).
         self._embeds_through: list[int] | None = (
             None if is_embed is None else list(accumulate(int(e) for e in is_embed)))
@@ -40,11 +39,11 @@ class MultiModalFeature:
 
     def embeds_in_range(self, start: int, end: int) -> tuple[int, int]:
         """The embeddings (first, past-last index) behind placeholders `start .. end` of this
-        item (positions relative to its offset)."""
+        item (positions relative to its offset; `end` >= 1: the range overlaps the item)."""
         through = self._embeds_through
         if through is None:
             return start, end
-        return (through[start - 1] if start > 0 else 0), (through[end - 1] if end > 0 else 0)
+        return (through[start - 1] if start > 0 else 0), through[end - 1]
 
     def __repr__(self) -> str:
         return f"MultiModalFeature({self.identifier!r}, {self.offset}, {self.length})"
@@ -63,7 +62,7 @@ def mm_hash_keys(features: Sequence[MultiModalFeature], start: int,
     """The block-hash extra keys of a block of tokens `start .. end`: one `("mm", identifier,
     item offset - block start)` per item the block overlaps, so equal tokens showing another
     image (or the same image elsewhere in the block) hash apart."""
-    if not features or features[-1].end <= start:
+    if not features:
         return []
     lo, hi = features_in_window(features, start, end)
     return [("mm", f.identifier, f.offset - start) for f in features[lo:hi]]

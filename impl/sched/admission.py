@@ -32,8 +32,10 @@ class Admission(SchedulerUpdates, AdmissionRules):
 
     def _prefill_threshold(self) -> int:
         """The per-request chunk cap, which only matters when requests compete: a request alone
-        in the scheduler may use the whole budget."""
-        if self.get_num_unfinished_requests() > 1:
+        in the scheduler may use the whole budget. Every queued request counts, even one held
+        back by a pause or a session waiting for input (upstream counts its queues)."""
+        running, waiting = self.get_request_counts()
+        if running + waiting > 1:
             return self.scheduler_config.long_prefill_token_threshold
         return 0
 
@@ -57,10 +59,17 @@ class Admission(SchedulerUpdates, AdmissionRules):
             # below when that condition mixes a bool with the queues' truth values.)
             if not self.kv_holding_waiting and not (admits_new and len(self.waiting) > 0):
                 break
-            if len(self.running) == self.max_num_running_reqs:
+            # Sessions waiting for their next input part keep their seats.
+            if len(self.running) + self.num_waiting_for_streaming_input >= \
+                    self.max_num_running_reqs:
                 break
             queue = self.kv_holding_waiting or self.waiting
             request = queue.peek_request()
+            if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
+                # A session between its input parts: nothing to compute until one arrives.
+                (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
+                self.deferred_waiting.add(request.request_id)
+                continue
             if (request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
                     and not self._remote_kv_ready(request)):
                 holding.append(queue.pop_request())  # its load is still in flight

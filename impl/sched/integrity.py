@@ -31,6 +31,7 @@ from impl.sched.state import SchedulerState
 from vtwin.errors import IntegrityError
 
 _WAITING_STATUSES = frozenset({RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS,
+                               RequestStatus.WAITING_FOR_STREAMING_REQ,
                                RequestStatus.PREEMPTED})
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from impl.core.block import BlockHash
 from impl.core.multimodal import MultiModalFeature
@@ -15,6 +17,7 @@ class RequestStatus(enum.IntEnum):
 
     WAITING = enum.auto()
     WAITING_FOR_REMOTE_KVS = enum.auto()
+    WAITING_FOR_STREAMING_REQ = enum.auto()  # a session between its input parts
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     FINISHED_STOPPED = enum.auto()
@@ -37,6 +40,15 @@ FINISH_REASONS: dict[RequestStatus, str] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class StreamingUpdate:
+    """A session's next input part: its tokens, the turn's output limit, when it arrived."""
+
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    arrival_time: float
+
+
 class Request:
     __slots__ = (
         "request_id", "prompt_token_ids", "_token_ids", "output_token_ids", "num_prompt_tokens",
@@ -45,7 +57,7 @@ class Request:
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
-        "last_sched_seq", "mm_features", "_hasher",
+        "last_sched_seq", "mm_features", "resumable", "streaming_queue", "_hasher",
     )
 
     def __init__(
@@ -67,6 +79,7 @@ class Request:
         job_id: str | None = None,
         is_last_step: bool = True,
         mm_features: Sequence[MultiModalFeature] = (),
+        resumable: bool = False,
     ) -> None:
         self.request_id = request_id
         # A tuple: shared as is with the scheduler output's NewRequestData and never copied
@@ -110,6 +123,10 @@ class Request:
         # Multimodal inputs, sorted by offset: placeholders the encoder fills (their
         # identifiers also key the block hashes, so they are set before hashing).
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(mm_features)
+        # A streaming-input session (`impl.sched.streaming`): a stop ends its turn, not the
+        # request; parts that arrive during a turn wait here (None: the client closed it).
+        self.resumable = resumable
+        self.streaming_queue: deque[StreamingUpdate | None] | None = None
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:
@@ -204,6 +221,24 @@ class Request:
         tokens = self._token_ids
         if tokens is not None:
             tokens.extend(new)
+        if self._hasher is not None:
+            self.block_hashes.extend(self._hasher(self))
+
+    def continue_session(self, keep_end: int, new_tokens: Sequence[int],
+                         max_tokens: int) -> None:
+        """The next input part of a streaming session: the outputs up to `keep_end` become
+        prompt (a stop's last sampled token, never computed, is dropped), then the part's
+        tokens follow; hashes of blocks past what is kept are recomputed."""
+        tokens = self.all_token_ids
+        kept = tokens[self.num_prompt_tokens:keep_end]
+        del tokens[keep_end:]
+        if self._hasher is not None:
+            del self.block_hashes[keep_end // self._hasher.hash_block_size:]
+        self.output_token_ids.clear()
+        self.prompt_token_ids = self.prompt_token_ids + tuple(kept) + tuple(new_tokens)
+        tokens.extend(new_tokens)
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.max_tokens = max_tokens
         if self._hasher is not None:
             self.block_hashes.extend(self._hasher(self))
 

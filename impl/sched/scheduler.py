@@ -68,6 +68,7 @@ class Scheduler(Admission):
         self.encoder_cache = EncoderCacheManager(scheduler_config.encoder_cache_size)
         self.encoder_cache_mismatch_reqs: set[str] = set()
         self.pause_state = PauseState.UNPAUSED  # `impl.sched.pause`
+        self.num_waiting_for_streaming_input = 0  # sessions between parts (`streaming`)
         # Requests an operator's reset preempted since the last step (reported with its output).
         self.preempted_between_steps: set[str] = set()
         self.spec_decoding_stats: SpecDecodingStats | None = None  # of the last update

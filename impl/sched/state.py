@@ -20,6 +20,7 @@ instead of importing the `Scheduler` that imports them.
 |                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
 | counters              | num_preemptions, spec_decoding_stats (of the last update)           |
 | operator              | pause_state, prev_step_scheduled_req_ids, preempted_between_steps  |
+| streaming sessions    | num_waiting_for_streaming_input                                    |
 """
 
 from __future__ import annotations
@@ -71,3 +72,4 @@ class SchedulerState:
     preempted_between_steps: set[str]
     spec_decoding_stats: SpecDecodingStats | None
     log_stats: bool
+    num_waiting_for_streaming_input: int

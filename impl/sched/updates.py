@@ -16,6 +16,7 @@ from impl.sched.preemption import Preemption
 from impl.sched.request import Request, RequestStatus
 from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.stop import check_stop
+from impl.sched.streaming import StreamingSessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +30,23 @@ class SchedulerStats:
 
 
 @trait
-class SchedulerUpdates(Preemption, EncoderInputs):
+class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
     """Applying a step's output: finished loads, invalid blocks and deferred frees go through
     the connector paths first, encoder items the step passed are freed, and an operator's
     reset may preempt every running request, hence the bases."""
 
     def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"request {request.request_id!r}: id already in use")
+        session = self.requests.get(request.request_id)
+        if session is not None:  # a streaming session's next part, or its close
+            if not self._add_to_session(session, request):
+                self.finish_requests(request.request_id, RequestStatus.FINISHED_ABORTED)
+            return
+        if request.resumable and self.scheduler_config.async_scheduling:
+            raise NotImplementedError(
+                f"request {request.request_id!r}: streaming sessions under async scheduling "
+                "(upstream drops the output of a step in flight when a turn ends, which the "
+                "twin does not model)")
+        self._open_session(request)
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
         if self.continuum is not None:
@@ -93,15 +103,19 @@ class SchedulerUpdates(Preemption, EncoderInputs):
                 self._cache_verified_blocks(request, len(generated) - len(new_token_ids),
                                             had_placeholders)
             if not stopped:
-                outputs.append(EngineCoreOutput(req_id, new_token_ids))
+                # (A session's stop reason from an earlier turn stays on its outputs.)
+                outputs.append(EngineCoreOutput(req_id, new_token_ids, None,
+                                                request.stop_reason))
                 continue
-            self._free_request(request)
+            finish_reason = request.get_finished_reason()  # before a session's turn ends
+            if self._handle_stopped_request(request):
+                self._free_request(request)
             if status_before == RequestStatus.RUNNING:
                 stopped_running.add(req_id)
             else:
                 stopped_waiting.append(request)
-            outputs.append(EngineCoreOutput(req_id, new_token_ids,
-                                            request.get_finished_reason(), request.stop_reason))
+            outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason,
+                                            request.stop_reason))
         if stopped_running:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if stopped_waiting:
@@ -162,6 +176,8 @@ class SchedulerUpdates(Preemption, EncoderInputs):
         if running:
             self.running = [r for r in self.running if r.request_id not in running]
         waiting = [r for r in valid if r.request_id not in running]
+        self.num_waiting_for_streaming_input -= sum(
+            1 for r in waiting if r.status == RequestStatus.WAITING_FOR_STREAMING_REQ)
         if waiting:
             self.waiting.remove_requests(waiting)
             self.kv_holding_waiting.remove_requests(waiting)
@@ -199,12 +215,15 @@ class SchedulerUpdates(Preemption, EncoderInputs):
 
     def get_num_unfinished_requests(self) -> int:
         """Requests the scheduler may still schedule: none while paused for all, running and
-        KV-holding ones while paused for new requests (`impl.sched.pause`)."""
+        KV-holding ones while paused for new requests (`impl.sched.pause`), never a session
+        waiting for input (`impl.sched.streaming`)."""
         if self.pause_state == PauseState.PAUSED_ALL:
             return 0
-        if self.pause_state == PauseState.PAUSED_NEW:
-            return len(self.kv_holding_waiting) + len(self.running)
-        return len(self.waiting) + len(self.kv_holding_waiting) + len(self.running)
+        waiting = len(self.kv_holding_waiting)
+        if self.pause_state != PauseState.PAUSED_NEW:
+            waiting += len(self.waiting)
+        # Sessions waiting for their next input part are not work the engine can do.
+        return waiting - self.num_waiting_for_streaming_input + len(self.running)
 
     def set_pause_state(self, pause_state: PauseState) -> None:
         self.pause_state = pause_state

@@ -104,6 +104,7 @@ def test_masked_placeholders_cost_only_their_embeddings() -> None:
     assert feature.num_embeds == 4
     assert feature.embeds_in_range(1, 4) == (1, 3)  # placeholders 1..3 hold embeds 1 and 2
     assert feature.embeds_in_range(1, 2) == (1, 1)  # a break token alone: no embedding
+    assert feature.embeds_in_range(0, 1) == (0, 1)
     cache = EncoderCacheManager(4)
     req = Request("r", range(12), mm_features=[feature])
     take(cache, req, 0)

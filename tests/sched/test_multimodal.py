@@ -132,3 +132,71 @@ def test_reset_encoder_cache_forgets_outputs() -> None:
 def test_the_behaviour_presets_name_both_encoder_switches() -> None:
     names = {f.name for f in dataclasses.fields(BEHAVIOUR_0_32)}
     assert {"unchunked_item_start_counts_as_before", "encoder_blocked_admission_skips"} <= names
+
+
+# Exact decisions of `_try_schedule_encoder_inputs` at its edges (mutation killers).
+
+def test_a_one_token_chunk_that_reaches_an_item_encodes_it() -> None:
+    s = mm_scheduler()
+    r = make_request("r", range(100, 140), mm_features=[image("img", 0, 8)])
+    assert s._try_schedule_encoder_inputs(r, 0, 1, 64) == ([0], 1, 56, [])
+
+
+def test_no_tokens_means_no_encoder_decision_even_inside_an_item() -> None:
+    s = mm_scheduler()
+    r = make_request("r", range(100, 140), mm_features=[image("img", 0, 8)])
+    s.encoder_cache.allocate(make_request("o", range(9), mm_features=[image("img", 0, 8)]), 0)
+    assert s._try_schedule_encoder_inputs(r, 4, 0, 64) == ([], 0, 64, [])
+    assert s.encoder_cache.cached["img"] == {"o"}  # r took no reference
+
+
+def test_a_chunk_starting_inside_an_item_it_cannot_encode_gets_nothing() -> None:
+    s = mm_scheduler(budget=8)
+    r = make_request("r", range(100, 140), mm_features=[image("img", 4, 12)])
+    assert s._try_schedule_encoder_inputs(r, 8, 16, 8) == ([], 0, 8, [])
+
+
+def test_an_item_without_embeddings_in_the_chunk_is_passed_over_not_the_end() -> None:
+    s = mm_scheduler()
+    breaks = MultiModalFeature("start", 0, 4, (False, False, True, True))
+    r = make_request("r", range(100, 140), mm_features=[breaks, image("img", 4, 4)])
+    # The chunk 2..10 covers breaks' two embeddings and img: both encoded. From 0..2 only
+    # break tokens of the first item: skipped, and the chunk goes on to nothing else.
+    assert s._try_schedule_encoder_inputs(r, 0, 2, 64) == ([], 2, 64, [])
+    r2 = make_request("r2", range(100, 140),
+                      mm_features=[MultiModalFeature("lead", 0, 4, (False, False, False, True)),
+                                   image("next", 4, 4)])
+    assert s._try_schedule_encoder_inputs(r2, 0, 3, 64) == ([], 3, 64, [])
+    r3 = make_request("r3", range(100, 140),
+                      mm_features=[MultiModalFeature("only-breaks", 0, 2, (True, False)),
+                                   image("after", 2, 4)])
+    # From 1 the first item has only its break token left; the chunk 1..6 reaches "after".
+    assert s._try_schedule_encoder_inputs(r3, 1, 5, 64) == ([1], 5, 60, [])
+
+
+def test_items_chosen_in_one_chunk_add_up_against_the_cache() -> None:
+    s = mm_scheduler(budget=64, cache=25)
+    r = make_request("r", range(100, 160),
+                     mm_features=[image("a", 0, 10), image("b", 10, 10), image("c", 20, 10)])
+    # a and b take 20 of 25: c's 10 do not fit, so the chunk stops at c.
+    assert s._try_schedule_encoder_inputs(r, 0, 40, 64) == ([0, 1], 20, 44, [])
+
+
+def test_an_item_is_released_only_once_outputs_in_flight_are_excluded() -> None:
+    s = mm_scheduler()
+    r = make_request("r", range(100, 140), mm_features=[image("img", 0, 10)])
+    s.encoder_cache.allocate(r, 0)
+    r.num_computed_tokens, r.num_output_placeholders = 12, 3  # 9 really computed
+    s._free_encoder_inputs(r)
+    assert s.encoder_cache.cached["img"] == {"r"}
+    r.num_output_placeholders = 2
+    s._free_encoder_inputs(r)
+    assert s.encoder_cache.cached["img"] == set()
+
+
+def test_a_chunk_ending_in_an_items_leading_break_tokens_encodes_nothing() -> None:
+    s = mm_scheduler()
+    lead = MultiModalFeature("x", 4, 4, (False, False, True, True))
+    r = make_request("r", range(100, 140), mm_features=[lead])
+    assert s._try_schedule_encoder_inputs(r, 0, 6, 64) == ([], 6, 64, [])
+    assert s._try_schedule_encoder_inputs(r, 0, 7, 64) == ([0], 7, 62, [])

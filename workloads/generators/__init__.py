@@ -28,6 +28,7 @@ from workloads.generators import (
     priority_mix,
     sessions,
     spec_decode,
+    streaming,
 )
 from workloads.generators.common import workload_name
 from workloads.model import Workload
@@ -63,6 +64,7 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(offload.LAZY_FAMILY, offload.LAZY_SUMMARY, offload.lazy),
             Family(multimodal.FAMILY, multimodal.SUMMARY, multimodal.generate),
             Family(controls.FAMILY, controls.SUMMARY, controls.generate),
+            Family(streaming.FAMILY, streaming.SUMMARY, streaming.generate),
             Family(multimodal.UNCHUNKED_FAMILY, multimodal.UNCHUNKED_SUMMARY,
                    multimodal.unchunked),
         )

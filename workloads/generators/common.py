@@ -27,6 +27,7 @@ from workloads.model import (
 )
 from workloads.multimodal import MultimodalItem
 from workloads.prompts import TokenSource
+from workloads.streaming import StreamChunk
 
 EOS_TOKEN_ID = 2
 
@@ -81,6 +82,8 @@ class WorkloadBuilder:
         is_last_step: bool = True,
         after: AfterSpec | None = None,
         mm_items: tuple[MultimodalItem, ...] = (),
+        stream: tuple[StreamChunk, ...] = (),
+        stream_end_step: int | None = None,
     ) -> RequestSpec:
         """Add a request whose prompt is `segments` followed by `filler` unique tokens (with
         `after`: the new tokens its predecessor's prompt and output are followed by)."""
@@ -103,6 +106,9 @@ class WorkloadBuilder:
             is_last_step=is_last_step,
             after=after,
             mm_items=mm_items,
+            stream=stream,
+            stream_end_step=stream_end_step,
+            resumable=stream_end_step is not None,
         )
         self._requests.append(request)
         return request

@@ -179,6 +179,7 @@ class UpstreamSystem:
             arrival_time=arrival_time, priority=request.priority,
             cache_salt=request.cache_salt, lora_request=lora,
             mm_features=mm_features(request), block_hasher=self._block_hasher,
+            resumable=request.resumable,
         ))
 
     def abort(self, request_id: str) -> bool:
