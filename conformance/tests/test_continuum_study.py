@@ -20,8 +20,12 @@ def test_study_on_agentic_under_pressure(tmp_path: Path, capsys: object) -> None
     assert (fcfs["preemptions"], cont["preemptions"]) == (0, 0)
     assert fcfs["max_pinned_blocks"] == 0 and cont["max_pinned_blocks"] > 0
     assert cont["prefix_hit_rate"] > fcfs["prefix_hit_rate"]
-    assert data["jct_steps"]["fcfs"] == data["jct_steps"]["continuum"]  # no pressure on time
-    assert data["verdict"][0].startswith("Continuum does not win on mean job completion time")
+    # Almost no pressure on time: one turn whose prefix a pin kept ends a step sooner.
+    # (Equal for every job until the harness's runner stopped sampling at the prefill chunks
+    # of closed-loop turns, whose prompts it took from the file instead of the scheduler.)
+    assert data["jct_steps"]["continuum"] == {**data["jct_steps"]["fcfs"], "job003": 481}
+    assert data["jct_steps"]["fcfs"]["job003"] == 482
+    assert data["verdict"][0].startswith("Continuum wins on mean job completion time")
     page = (out / "study.html").read_text()
     for chart in ("blocks-fcfs", "blocks-continuum", "queues", "pinned", "jct"):
         assert f"id='{chart}'" in page

@@ -79,3 +79,19 @@ def test_the_runner_samples_only_at_the_end_of_what_it_knows() -> None:
     # The plan accepts one draft: that token plus the bonus token.
     assert runner.execute(verify).sampled_token_ids == ((model.token("x", 1),
                                                          model.token("x", 2)),)
+
+
+def test_the_runner_knows_a_prompt_by_what_the_scheduler_sends() -> None:
+    """A closed-loop turn (`after`) arrives with its predecessor's prompt and output before its
+    own tokens, and a streaming session's next part with its kept outputs: the prompt the
+    runner must finish before it samples is the scheduled one, not the workload file's new
+    tokens. (It once took the file's: such a turn sampled at every prefill chunk.)"""
+    w = make(RequestSpec("x", 0, tuple(range(100, 110)), 8, eos_token_id=EOS))
+    runner = FakeRunner(w, async_scheduling=False)
+    empty = Scheduled((), (), (), 0, (), (), (), ())
+    chunk = replace(empty, new_reqs=(NewRequest("x", 40, 0, ((1, 2),)),),
+                    num_scheduled_tokens=(("x", 32),), total_num_scheduled_tokens=32)
+    assert runner.execute(chunk).sampled_token_ids == ((),)  # 32 of 40: nothing yet
+    rest = replace(empty, cached_reqs=(CachedRequest("x", False, 32, 0, ((3,),)),),
+                   num_scheduled_tokens=(("x", 8),), total_num_scheduled_tokens=8)
+    assert runner.execute(rest).sampled_token_ids == ((runner.model.token("x", 0),),)
