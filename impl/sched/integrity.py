@@ -16,6 +16,9 @@ they hold under `python -O` too.
 | pinned (continuum)      | finished, still in `requests`   | its own       | one pin per job     |
 | loading, finished       | finished, still in `requests`   | its own       | (aborted mid-load)  |
 
+Sessions waiting for their next input part (`WAITING_FOR_STREAMING_REQ`) are counted apart (their
+seats); the count must match the queues.
+
 With a connector, GPU blocks may also be held by its transfers and by frees deferred past a
 step in flight: the pool's reference counts are checked against all of those holders, and the
 CPU tier's pool against the connector's own pins. The loads reported finished or failed and
@@ -71,6 +74,11 @@ def check_scheduler_integrity(scheduler: SchedulerState) -> None:
                                  f"{request.num_computed_tokens} computed) is in waiting")
         if not holds and any(manager.get_block_ids(request.request_id)):
             raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
+    streaming = sum(1 for r in _chain(scheduler.waiting, scheduler.kv_holding_waiting)
+                    if r.status == RequestStatus.WAITING_FOR_STREAMING_REQ)
+    if streaming != scheduler.num_waiting_for_streaming_input:
+        raise IntegrityError(f"scheduler: {streaming} sessions wait for input, but the count "
+                             f"says {scheduler.num_waiting_for_streaming_input}")
     _check_reported_loads(scheduler, places)
     extra: dict[int, int] = {}
     connector = getattr(scheduler, "connector", None)

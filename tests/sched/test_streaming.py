@@ -117,3 +117,15 @@ def test_what_a_turn_keeps_when_a_stop_trims_verified_drafts(behaviour: object) 
     request = s.requests["s"]
     kept = list(request.prompt_token_ids[20:])
     assert kept == ([7, 8, EOS, 50] if behaviour is BEHAVIOUR_0_32 else [7, 8, 50])
+
+
+def test_integrity_catches_a_lost_waiting_session_count() -> None:
+    from vtwin.errors import IntegrityError
+
+    s = make_scheduler()
+    s.add_request(session("s", range(100, 140), max_tokens=2))
+    run_turn(s, 2)
+    s.check_integrity()
+    s.num_waiting_for_streaming_input = 0
+    with pytest.raises(IntegrityError, match="sessions wait for input"):
+        s.check_integrity()
