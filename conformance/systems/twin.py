@@ -23,6 +23,7 @@ from conformance.systems.connector import (
     pool_counts,
     transfers_of,
 )
+from conformance.systems.controls import drive_control
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
@@ -159,17 +160,7 @@ class ImplSystem:
         """An operation between steps (`workloads.controls`)."""
         from impl.sched.pause import PauseState
 
-        s = self.scheduler
-        if control.action == "reset_prefix_cache":
-            return bool(s.reset_prefix_cache(control.preempt_running))
-        if control.action == "reset_encoder_cache":
-            s.reset_encoder_cache()
-        elif control.action == "pause":
-            s.set_pause_state(PauseState.PAUSED_ALL if control.mode == "all"
-                              else PauseState.PAUSED_NEW)
-        else:
-            s.set_pause_state(PauseState.UNPAUSED)
-        return None
+        return drive_control(self.scheduler, control, PauseState)
 
     def attach_tracer(self, tracer: Any) -> None:
         """Record seed 002's per-step trace (`impl.sched.tracing.tracer`) into `tracer`."""

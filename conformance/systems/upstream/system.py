@@ -25,6 +25,7 @@ from conformance.systems.connector import (
     transfers_of,
     upstream_connector_output,
 )
+from conformance.systems.controls import drive_control
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
@@ -195,18 +196,8 @@ class UpstreamSystem:
         calls make it."""
         from vllm.v1.core.sched.interface import PauseState
 
-        s = self.scheduler
         self._pin_none_hash()
-        if control.action == "reset_prefix_cache":
-            return bool(s.reset_prefix_cache(reset_running_requests=control.preempt_running))
-        if control.action == "reset_encoder_cache":
-            s.reset_encoder_cache()
-        elif control.action == "pause":
-            s.set_pause_state(PauseState.PAUSED_ALL if control.mode == "all"
-                              else PauseState.PAUSED_NEW)
-        else:
-            s.set_pause_state(PauseState.UNPAUSED)
-        return None
+        return drive_control(self.scheduler, control, PauseState)
 
     # -- one step ---------------------------------------------------------------------------
     def schedule(self) -> Scheduled:
