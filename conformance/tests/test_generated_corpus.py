@@ -40,11 +40,7 @@ CORPUS_SIZE = 150
           deadline=None, suppress_health_check=list(HealthCheck))
 @given(workloads())
 def test_generated_corpus_matches_upstream(workload: Workload) -> None:
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    note(dumps(workload))
-    assert result.error is None, result.error
-    divergence = result.divergence_at("exact")
-    assert divergence is None, divergence.summary()
+    _assert_exact(workload)
 
 
 _MUTATION_ONLY = pytest.mark.skipif(
@@ -59,11 +55,7 @@ _MUTATION_ONLY = pytest.mark.skipif(
 @given(multimodal_workloads())
 def test_generated_multimodal_corpus_matches_upstream(workload: Workload) -> None:
     """Multimodal items (`strategies.multimodal`): the killer of the encoder's mutants."""
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    note(dumps(workload))
-    assert result.error is None, result.error
-    divergence = result.divergence_at("exact")
-    assert divergence is None, divergence.summary()
+    _assert_exact(workload)
 
 
 @_MUTATION_ONLY
@@ -72,6 +64,11 @@ def test_generated_multimodal_corpus_matches_upstream(workload: Workload) -> Non
 @given(control_workloads())
 def test_generated_control_corpus_matches_upstream(workload: Workload) -> None:
     """Operator controls (`strategies.controls`): the killer of pause and reset mutants."""
+    _assert_exact(workload)
+
+
+def _assert_exact(workload: Workload) -> None:
+    """The twin and upstream in lockstep on `workload`: no error, no divergence at `exact`."""
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
     note(dumps(workload))
     assert result.error is None, result.error
