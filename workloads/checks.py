@@ -14,6 +14,7 @@ from pathlib import Path
 from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
 from workloads.controls import ControlSpec, check_controls
 from workloads.errors import WorkloadError
+from workloads.grammar import GrammarSpec, check_grammar
 from workloads.located import Located
 from workloads.model import (
     AbortSpec,
@@ -57,6 +58,16 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             and len(model.kv_cache_groups) == 1):
         raise fail("hash_block_size", f"must equal block_size {model.block_size} with one "
                    "KV-cache group and prefix caching on (upstream hashes at the block size)")
+    if model.runner == "pooling":
+        for field, value, why in (
+                ("num_spec_tokens", model.num_spec_tokens, "a pooling model samples nothing "
+                 "to draft after"),
+                ("async_scheduling", model.async_scheduling, "not modelled yet for pooling "
+                 "models (upstream turns it off for them by default)"),
+                ("multimodal", model.multimodal, "not modelled yet for pooling models"),
+                ("kv_connector", model.kv_connector, "not modelled yet for pooling models")):
+            if value:
+                raise fail(field, f"must be off with runner 'pooling': {why}")
     if model.max_num_batched_tokens < model.max_num_seqs:
         raise fail("max_num_batched_tokens", f"must be >= max_num_seqs {model.max_num_seqs}")
     if not model.enable_chunked_prefill and model.max_num_batched_tokens < model.max_model_len:
@@ -105,6 +116,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             model.multimodal.max_num_encoder_input_tokens, model.multimodal.encoder_cache_size,
             model.multimodal.disable_chunked_mm_input),
         log_stats=model.log_stats,
+        runner=model.runner,
     )
 
 
@@ -213,6 +225,17 @@ def _request(
                    "('after') or carry multimodal items yet")
     check_stream(arrival, prompt_len, rec.max_tokens, stream, rec.stream_end_step,
                  config.max_model_len, fail)
+    if config.runner == "pooling":
+        _check_pooling(rec, fail)
+    grammar = None
+    if rec.grammar is not None:
+        grammar = GrammarSpec(rec.grammar.allowed[0], rec.grammar.allowed[1],
+                              rec.grammar.compile_steps, rec.grammar.fails)
+        if rec.stream_end_step is not None:
+            raise fail("grammar", "a streaming session cannot carry a grammar yet")
+        ends = frozenset(rec.stop_token_ids) | (
+            frozenset() if rec.eos_token_id is None else {rec.eos_token_id})
+        check_grammar(grammar, vocab, ends, fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -233,7 +256,19 @@ def _request(
         stream=stream,
         stream_end_step=rec.stream_end_step,
         resumable=rec.stream_end_step is not None,
+        grammar=grammar,
     )
+
+
+def _check_pooling(rec: RequestModel, fail: _Fail) -> None:
+    """A pooling model's request produces pooled output after its prefill, never a token."""
+    if rec.max_tokens != 1:
+        raise fail("max_tokens", f"must be 1 under runner 'pooling' (a pooling request "
+                   f"produces no tokens; got {rec.max_tokens})")
+    for field, value in (("min_tokens", rec.min_tokens), ("grammar", rec.grammar),
+                         ("stream_end_step", rec.stream_end_step)):
+        if value:
+            raise fail(field, "not for a pooling request (runner 'pooling' samples nothing)")
 
 
 def _prompt_spec(
@@ -316,6 +351,8 @@ def _plans(
             )
         if rec.eos_at is None and rec.spec_acceptance is None:
             raise fail("eos_at", "a plan needs 'eos_at' or 'spec_acceptance'")
+        if config.runner == "pooling":
+            raise fail("type", "a pooling model samples no token: its requests take no plan")
         req = target.record
         if rec.eos_at is not None:
             if req.eos_token_id is None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workloads.controls import ControlSpec
+from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
 from workloads.streaming import StreamChunk
 
@@ -20,6 +21,7 @@ MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
 Estimator = Literal["fixed", "learned"]
 HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
+Runner = Literal["generate", "pooling"]
 
 DEFAULT_VOCAB_SIZE = 32000
 
@@ -122,6 +124,8 @@ class EngineConfig:
     `prefill_schedule_interval` N > 1 lets prefill into a step only every N executed steps while
     requests decode (vLLM 0.33 applies it in one engine; 0.32 only across data-parallel ranks).
     `max_loras` > 0 limits the LoRA adapters among running requests (0: no LoRA config, no limit).
+    `runner` "pooling" serves an embedding / pooling model: every request is prefill-only and
+    finishes (stop) once its prompt is computed, with pooled output and no sampled token.
     """
 
     model: str | None = None  # a model description the groups were planned from
@@ -146,6 +150,7 @@ class EngineConfig:
     kv_connector: KVConnectorConfig | None = None  # None: no connector
     multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
     log_stats: bool = True  # False: the scheduler keeps and reports no stats
+    runner: Runner = "generate"
 
     @property
     def usable_blocks(self) -> int:
@@ -182,6 +187,7 @@ class EngineConfig:
             **({"multimodal": self.multimodal.to_dict()}
                if self.multimodal is not None else {}),
             **({"log_stats": False} if not self.log_stats else {}),
+            **({"runner": self.runner} if self.runner != "generate" else {}),
         }
 
 
@@ -254,6 +260,7 @@ class RequestSpec:
     # What the driver hands a system for a session's later parts and its close: a resumable
     # request under the same id (a part), or a non-resumable empty one (the close).
     resumable: bool = False
+    grammar: GrammarSpec | None = None  # structured output (`workloads.grammar`)
 
     @property
     def prompt_len(self) -> int:

@@ -117,6 +117,7 @@ class EngineConfigModel(_Strict):
     kv_connector: KVConnectorModel | None = None
     multimodal: MultimodalModel | None = None
     log_stats: bool = True
+    runner: Literal["generate", "pooling"] = "generate"
 
 
 class HeaderModel(_Strict):
@@ -152,6 +153,12 @@ class StreamChunkModel(_Strict):
     max_tokens: PosInt
 
 
+class GrammarModel(_Strict):
+    allowed: Annotated[list[NonNegInt], Field(min_length=2, max_length=2)]
+    compile_steps: NonNegInt = 0
+    fails: bool = False
+
+
 class RequestModel(_Strict):
     type: Literal["request"]
     request_id: Name
@@ -173,6 +180,7 @@ class RequestModel(_Strict):
     mm_items: list[MultimodalItemModel] = Field(default_factory=list)
     stream: list[StreamChunkModel] = Field(default_factory=list)
     stream_end_step: NonNegInt | None = None
+    grammar: GrammarModel | None = None
 
 
 class AbortModel(_Strict):

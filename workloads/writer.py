@@ -83,6 +83,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         record["stream"] = [chunk.to_dict() for chunk in request.stream]
     if request.stream_end_step is not None:
         record["stream_end_step"] = request.stream_end_step
+    if request.grammar is not None:
+        record["grammar"] = request.grammar.to_dict()
     return record
 
 

@@ -105,8 +105,9 @@ class _GenericDriver(Driver):
         self.transfers = None
         self.watch = watch
 
-    def _execute(self, step: int, scheduled: Scheduled) -> RunnerOutput:
-        output = self.runner.execute(scheduled)
+    def _execute(self, step: int, scheduled: Scheduled,
+                 drafts_resolved: bool = False) -> RunnerOutput:
+        output = self.runner.execute(scheduled, drafts_resolved)
         return replace(output, connector=ConnectorReport(self.watch.loads_due(step)))
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vtwin.errors import UserError
@@ -43,6 +43,13 @@ class Feature:
 
     def applies_to(self, release: str) -> bool:
         return self.release is None or self.release == release
+
+    def for_release(self, release: str) -> Feature | None:
+        """The entry as it applies to `release`: whole; its functions alone when its line
+        ranges are another release's (functions match any release); or nothing."""
+        if self.applies_to(release):
+            return self
+        return replace(self, lines=(), release=None) if self.functions else None
 
     def owns(self, file: str, function: str, line: int) -> bool:
         return file == self.file and (function in self.functions or any(

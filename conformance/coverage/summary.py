@@ -52,7 +52,7 @@ def summarize(data: dict[str, Any], root: Path, features: tuple[Feature, ...],
         name = relative_name(path, root)
         source = Path(path).read_text(encoding="utf-8")
         found += regions(name, source, entry["missing_lines"])
-    features = tuple(f for f in features if f.applies_to(version))
+    features = tuple(g for f in features if (g := f.for_release(version)) is not None)
     mapped, unmapped = classify(found, features)
     reasons = {f.name: f.reason for f in features}
     total = FileRow("total", sum(r.statements for r in rows), sum(r.covered for r in rows),

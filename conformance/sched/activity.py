@@ -29,12 +29,17 @@ class Activity:
     # A multimodal model's encoder: items encoded, encoder-cache entries evicted.
     encoded_items: int = 0
     encoder_evictions: int = 0
+    # Structured output: grammar bitmask rows (masked decodes), requests ended by an error.
+    masked_rows: int = 0
+    errors: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
-        loads = stores = external = encoded = encoder_evictions = 0
+        loads = stores = external = encoded = encoder_evictions = masked = errors = 0
         for record in records:
+            masked += len(record.grammar_rows)
+            errors += sum(1 for o in record.outputs if o.finish_reason == "error")
             encoded += sum(len(inputs) for _, inputs in record.encoder_inputs)
             encoder_evictions += len(record.freed_encoder_ids)
             transfers = record.transfers
@@ -51,7 +56,7 @@ class Activity:
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
         return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
-                        external, encoded, encoder_evictions)
+                        external, encoded, encoder_evictions, masked, errors)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
@@ -63,4 +68,6 @@ class Activity:
                    if self.loads or self.stores else {}),
                 **({"encoded_items": self.encoded_items,
                     "encoder_evictions": self.encoder_evictions}
-                   if self.encoded_items else {})}
+                   if self.encoded_items else {}),
+                **({"masked_rows": self.masked_rows} if self.masked_rows else {}),
+                **({"errors": self.errors} if self.errors else {})}

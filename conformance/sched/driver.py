@@ -24,6 +24,7 @@ from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
 from conformance.sched.transfers import TransferWorker
+from conformance.systems.optional import apply_control, compile_grammar, resolve_deferred
 from conformance.systems.protocol import (
     BlockCounts,
     BlockIds,
@@ -34,7 +35,6 @@ from conformance.systems.protocol import (
     System,
     SystemState,
     Update,
-    apply_control,
 )
 from workloads.model import RequestSpec, Workload
 
@@ -121,6 +121,7 @@ class Driver:
         aborts = deque(self.workload.aborts)
         controls = deque(self.workload.controls)
         parts = deque(session_parts(self.workload))
+        grammars: list[tuple[int, str, bool]] = []  # (step compiled, request id, failed)
         step = 0
         while arrivals or self.system.has_requests() or self._queue or controls or parts:
             if step >= self.max_steps:
@@ -129,6 +130,12 @@ class Driver:
             aborting = bool(aborts and aborts[0].step <= step)
             for request in arrivals.due(step):
                 self.system.add_request(request, float(step))
+                if request.grammar is not None:  # compiled in the background from now on
+                    grammars.append((step + request.grammar.compile_steps,
+                                     request.request_id, request.grammar.fails))
+            for compiled in [g for g in grammars if g[0] <= step]:
+                grammars.remove(compiled)
+                compile_grammar(self.system, compiled[1], compiled[2])
             while parts and parts[0].arrival_step <= step:  # sessions' input parts, closes
                 self.system.add_request(parts.popleft(), float(step))
             aborted: list[str] = []
@@ -163,7 +170,7 @@ class Driver:
                 # A pending control (an unpause, a reset) or a session's next input part may
                 # be what the run waits for.
                 aborting=aborting or bool(applied_controls),
-                aborts_pending=bool(aborts) or bool(controls) or bool(parts),
+                aborts_pending=bool(aborts) or bool(controls) or bool(parts) or bool(grammars),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
             if stall is not None:
@@ -182,23 +189,35 @@ class Driver:
         return scheduled, (step, update)
 
     def _async_body(self, step: int) -> tuple[Scheduled | None, tuple[int, Update] | None]:
+        """A step whose grammar requests have a step in flight (`pending_grammar`) is sampled
+        only after that step's output is applied: its drafts and bitmask wait for it."""
         scheduled = None
+        deferred = False
         if self.system.has_requests():
             scheduled = self.system.schedule()
             self._capture_tables(scheduled)
-            self._queue.appendleft((step, scheduled, self._execute(step, scheduled)))
             executed = scheduled.total_num_scheduled_tokens > 0
-            if len(self._queue) < BATCH_QUEUE_DEPTH and (
-                    executed or self.system.has_requests()):
-                return scheduled, None
+            deferred = executed and scheduled.pending_grammar
+            if not deferred:
+                self._queue.appendleft((step, scheduled, self._execute(step, scheduled)))
+                if len(self._queue) < BATCH_QUEUE_DEPTH and (
+                        executed or self.system.has_requests()):
+                    return scheduled, None
         elif not self._queue:
             return None, None
         batch_step, batch, output = self._queue.pop()
-        return scheduled, (batch_step, self._apply(batch, output))
+        applied = (batch_step, self._apply(batch, output))
+        if deferred and scheduled is not None:
+            drafts = self.runner.drafts_for(scheduled) if self.config.num_spec_tokens else []
+            scheduled = resolve_deferred(self.system, scheduled, drafts)
+            self._queue.appendleft((step, scheduled,
+                                    self._execute(step, scheduled, drafts_resolved=True)))
+        return scheduled, applied
 
-    def _execute(self, step: int, scheduled: Scheduled) -> RunnerOutput:
+    def _execute(self, step: int, scheduled: Scheduled,
+                 drafts_resolved: bool = False) -> RunnerOutput:
         """The model runner's output, with the connector worker's report of this step."""
-        output = self.runner.execute(scheduled)
+        output = self.runner.execute(scheduled, drafts_resolved)
         if self.transfers is None or scheduled.transfers is None:
             return output
         return replace(output, connector=self.transfers.run(step, scheduled.transfers))
@@ -274,6 +293,7 @@ class Driver:
             cpu_blocks=after.cpu_blocks,
             encoder_inputs=() if s is None else s.encoder_inputs,
             freed_encoder_ids=() if s is None else s.freed_encoder_ids,
+            grammar_rows=() if s is None else s.grammar_rows,
             encoder_cache=after.encoder_cache,
             controls=controls,
         )

@@ -22,6 +22,7 @@ from vtwin.errors import ReleaseCheckFailed
 
 UPSTREAM_CHECKS: Mapping[str, tuple[str, ...]] = {
     "lora-limit": ("len(scheduled_loras) <= self.lora_config.max_loras",),
+    "empty-admission": ("assert num_new_tokens > 0",),
 }
 """Check name -> fragments of upstream's assertion line (any one identifies it)."""
 

@@ -24,6 +24,8 @@ NOT_OFFLOADED: dict[str, str] = {
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
     "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "
                           "eighth the ordinary requests never get in (both sides stall alike)",
+    "pooling": "a pooling model with a connector is not modelled (the workload format refuses "
+               "it)",
     "operator-controls": "its forced prefix-cache reset comes while a request loads from the "
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
 }

@@ -102,6 +102,8 @@ class StepRecord:
     encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     freed_encoder_ids: tuple[str, ...] = ()
     encoder_cache: EncoderCacheCounts | None = None
+    # Structured output (empty without): the grammar bitmask's rows, (request, drafts covered).
+    grammar_rows: tuple[tuple[str, int], ...] = ()
     # Operations between steps applied before this step was scheduled, with their results
     # (a reset's success; None for the others).
     controls: tuple[tuple[str, bool | None], ...] = ()
@@ -160,6 +162,8 @@ class StepRecord:
             **connector_json(self.transfers, self.external_hits, self.connector_report,
                              self.cpu_blocks),
             **encoder_json(self.encoder_inputs, self.freed_encoder_ids, self.encoder_cache),
+            **({"grammar_rows": [[rid, n] for rid, n in self.grammar_rows]}
+               if self.grammar_rows else {}),
             **({"controls": [[action, result] for action, result in self.controls]}
                if self.controls else {}),
         }
@@ -205,6 +209,7 @@ class StepRecord:
             cached_digest=data.get("cached_digest"),
             **connector_fields(data),
             **encoder_fields(data),
+            grammar_rows=tuple((rid, n) for rid, n in data.get("grammar_rows", ())),
             controls=tuple((action, result) for action, result in data.get("controls", ())),
         )
 

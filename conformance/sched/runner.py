@@ -34,10 +34,13 @@ class FakeRunner:
         self.model = TokenModel(workload)
         self.num_spec_tokens = workload.config.num_spec_tokens
         self.async_scheduling = async_scheduling
+        self.pooling = workload.config.runner == "pooling"
         self._state: dict[str, _RequestState] = {}
 
-    def execute(self, scheduled: Scheduled) -> RunnerOutput:
-        """Run one scheduled step: sampled tokens per request, in batch order."""
+    def execute(self, scheduled: Scheduled, drafts_resolved: bool = False) -> RunnerOutput:
+        """Run one scheduled step: sampled tokens per request, in batch order.
+        `drafts_resolved`: async scheduling, but the step's drafts are real ids (a deferred
+        step's, `Driver._async_body`), -1 where the grammar rejected one."""
         computed: dict[str, int] = {}
         for new in scheduled.new_reqs:
             computed[new.req_id] = new.num_computed_tokens
@@ -52,22 +55,33 @@ class FakeRunner:
             computed[cached.req_id] = cached.num_computed_tokens
             if cached.resumed:
                 self._state[cached.req_id].drafts = []
+        if self.pooling:  # pooled output once the prompt is computed, never a token
+            return RunnerOutput(
+                tuple(rid for rid, _ in scheduled.num_scheduled_tokens),
+                tuple(() for _ in scheduled.num_scheduled_tokens),
+                pooled=tuple(rid for rid, num in scheduled.num_scheduled_tokens
+                             if computed[rid] + num >= self._state[rid].prompt_len))
         spec = dict(scheduled.spec_tokens)
         req_ids: list[str] = []
         sampled: list[tuple[int, ...]] = []
         for rid, num_tokens in scheduled.num_scheduled_tokens:
             req_ids.append(rid)
-            sampled.append(self._sample(rid, computed[rid], num_tokens, spec.get(rid, ())))
+            sampled.append(self._sample(rid, computed[rid], num_tokens, spec.get(rid, ()),
+                                        drafts_resolved))
         return RunnerOutput(tuple(req_ids), tuple(sampled))
 
-    def _sample(self, rid: str, start: int, num_tokens: int,
-                spec: tuple[int, ...]) -> tuple[int, ...]:
-        state = self._state[rid]
+    def _sample(self, rid: str, start: int, num_tokens: int, spec: tuple[int, ...],
+                drafts_resolved: bool) -> tuple[int, ...]:
+        state = self._state.get(rid)
+        if state is None:
+            # Finished by the step applied just before this deferred one ran: the scheduler
+            # drops whatever it would sample.
+            return ()
         if start + num_tokens - len(spec) < state.known:
             return ()  # a prefill chunk that does not reach the end: nothing is sampled
         accepted = 0
         if spec:
-            valid = self._valid_drafts(state, spec)
+            valid = self._valid_drafts(state, spec, drafts_resolved)
             planned = self.model.accepted(rid, state.verify_steps, self.num_spec_tokens)
             accepted = min(planned, valid)
             state.verify_steps += 1
@@ -79,10 +93,12 @@ class FakeRunner:
             state.drafts = self._propose(rid, state)
         return tokens
 
-    def _valid_drafts(self, state: _RequestState, spec: tuple[int, ...]) -> int:
-        """Drafts that are real: sync schedulers hold the drafts themselves (-1 marks padding);
-        async ones hold placeholders only, and the runner's own drafts are the real ones."""
-        if self.async_scheduling:
+    def _valid_drafts(self, state: _RequestState, spec: tuple[int, ...],
+                      drafts_resolved: bool) -> int:
+        """Drafts that are real: sync schedulers hold the drafts themselves (-1 marks padding),
+        so do async ones for a deferred step; otherwise async ones hold placeholders only, and
+        the runner's own drafts are the real ones."""
+        if self.async_scheduling and not drafts_resolved:
             return min(len(spec), len(state.drafts))
         valid = 0
         while valid < len(spec) and spec[valid] >= 0:
@@ -114,6 +130,12 @@ class FakeRunner:
                 state.drafts = proposal
             drafts.append((rid, list(proposal)))
         return drafts
+
+    def drafts_for(self, scheduled: Scheduled) -> list[tuple[str, list[int]]]:
+        """Async spec decode: the drafter's latest tokens for the requests `scheduled` holds
+        placeholder drafts for (what the worker hands a deferred step)."""
+        return [(rid, list(self._state[rid].drafts)) for rid, _ in scheduled.spec_tokens
+                if rid in self._state and self._state[rid].drafts]
 
     def forget(self, request_id: str) -> None:
         """The request finished or was aborted; nothing more will be scheduled for it."""

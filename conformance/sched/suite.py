@@ -139,6 +139,18 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("streaming-sessions", "streaming-input sessions: turns, parts queued or awaited "
                "with seats and blocks held, closes while running or waiting",
                _bundled("streaming-sessions")),
+    SuiteEntry("structured-output", "structured output with spec decode: grammars compiling "
+               "for many steps or failing (errors), drafts trimmed at the first rejected "
+               "token, the grammar bitmask's rows", _bundled("structured-output")),
+    SuiteEntry("structured-output-async", "structured output under async scheduling: steps "
+               "whose grammar requests have a step in flight wait for its output (drafts "
+               "trimmed and padded in the deferred output, bitmask rows of requests that "
+               "finished meanwhile dropped, invalid drafts left out of the stats)",
+               _variant("structured-output", "structured-output-async", "async scheduling",
+                        async_scheduling=True)),
+    SuiteEntry("pooling", "a pooling model: prefill-only requests finished by pooled output "
+               "(no token), whole-context prompts, prefix hits, chunks and preemptions",
+               _bundled("pooling")),
     SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "
                "(refused, forced, idle), pauses of new and of all requests",
                _bundled("operator-controls")),

@@ -10,7 +10,10 @@ so it also does what upstream's sampler does around stopping:
   outputs exist (upstream's scheduler does not look at min_tokens at all);
 * a request with `stop_token_ids` emits one of them at a seeded index in ``[0, 2 * max_tokens)``
   (so about half never reach theirs), again no earlier than `min_tokens`;
-* every other token is drawn from the vocabulary minus EOS and the request's stop tokens.
+* every other token is drawn from the vocabulary minus EOS and the request's stop tokens, or,
+  for a request with a grammar, from the grammar's allowed range minus those (the grammar's
+  bitmask masks the rest); the drafter does not know the grammar, so its wrong guesses come
+  from the whole vocabulary.
 
 Speculative decoding: the verifier accepts ``plan.spec_acceptance[i]`` drafts at the request's
 i-th verification step (none past the end of the plan); requests without a plan get a seeded
@@ -42,8 +45,8 @@ def _key(seed: int, request_id: str, purpose: str) -> int:
 class _RequestModel:
     """Everything the model needs about one request, precomputed once."""
 
-    __slots__ = ("acceptance", "accept_key", "eos_index", "eos_token", "forbidden", "stop_index",
-                 "stop_token", "token_key")
+    __slots__ = ("acceptance", "accept_key", "eos_index", "eos_token", "forbidden", "grammar",
+                 "stop_index", "stop_token", "token_key")
 
     def __init__(self, seed: int, request: RequestSpec, plan: PlanSpec | None) -> None:
         rid = request.request_id
@@ -64,6 +67,7 @@ class _RequestModel:
             self.stop_token = request.stop_token_ids[(stop_key >> 32)
                                                      % len(request.stop_token_ids)]
         self.acceptance = None if plan is None else plan.spec_acceptance
+        self.grammar = request.grammar
 
 
 class TokenModel:
@@ -81,6 +85,9 @@ class TokenModel:
             return m.eos_token
         if index == m.stop_index and m.stop_token is not None:
             return m.stop_token
+        if m.grammar is not None:
+            return self._plain(m, m.token_key, index, m.grammar.allowed_lo,
+                               m.grammar.allowed_hi)
         return self._plain(m, m.token_key, index)
 
     def draft(self, request_id: str, start: int, num_tokens: int, accepted: int) -> list[int]:
@@ -105,10 +112,14 @@ class TokenModel:
             return plan[verify_index] if verify_index < len(plan) else 0
         return _mix(m.accept_key ^ verify_index) % (num_spec_tokens + 1)
 
-    def _plain(self, m: _RequestModel, key: int, index: int) -> int:
+    def _plain(self, m: _RequestModel, key: int, index: int, lo: int = 0,
+               hi: int | None = None) -> int:
+        """A token of ``[lo, hi)`` (the vocabulary by default) that is not EOS or a stop
+        token (the workload checks that the range holds one)."""
+        span = (self.vocab_size if hi is None else hi) - lo
         x = key ^ index
         while True:
             x = _mix(x)
-            token = x % self.vocab_size
+            token = lo + x % span
             if token not in m.forbidden:
                 return token

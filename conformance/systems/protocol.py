@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from vtwin.errors import UserError
-from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 
 BlockIds = tuple[tuple[int, ...], ...]
@@ -87,6 +85,11 @@ class Scheduled:
     # and the encoder-cache entries evicted since the last step (what the worker drops).
     encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     freed_encoder_ids: tuple[str, ...] = ()
+    # Structured output: the grammar bitmask's rows, (request, drafts the mask covers); under
+    # async scheduling a step whose grammar requests have a step in flight waits for that
+    # step's output (`pending_grammar`; `System.resolve_deferred` then fills both in).
+    grammar_rows: tuple[tuple[str, int], ...] = ()
+    pending_grammar: bool = False
 
     def scheduled_tokens(self) -> dict[str, int]:
         return dict(self.num_scheduled_tokens)
@@ -99,6 +102,7 @@ class RunnerOutput:
     req_ids: tuple[str, ...]
     sampled_token_ids: tuple[tuple[int, ...], ...]
     connector: ConnectorReport | None = None  # the worker's transfer report (a connector's)
+    pooled: tuple[str, ...] = ()  # a pooling model: requests whose pooled output is ready
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,18 +273,6 @@ class System(Protocol):
 
 SystemFactory = Callable[[EngineConfig], System]
 
-
-def apply_control(system: object, control: ControlSpec) -> bool | None:
-    """Apply an operation between steps (`workloads.controls`): the result of a
-    `reset_prefix_cache`, None for the others. `control()` is optional, like `close()`: a
-    system without it runs every workload that has no control records."""
-    method = getattr(system, "control", None)
-    if not callable(method):
-        raise UserError(f"{getattr(system, 'name', type(system).__name__)} has no control() "
-                        f"method: it cannot apply the workload's {control.action!r} at step "
-                        f"{control.step}")
-    result: bool | None = method(control)
-    return result
 
 NEEDS_VLLM: frozenset[str] = frozenset({"upstream", "upstream-0.32.0"})
 """Specs that import the vLLM installed in this process."""

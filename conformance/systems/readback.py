@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.systems.protocol import BlockIds, SpecDecodingCounts
+from conformance.systems.protocol import BlockIds, Scheduled, SpecDecodingCounts
 
 
 def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
@@ -56,3 +56,24 @@ def spec_counts(stats: Any) -> SpecDecodingCounts | None:
                               stats.num_accepted_tokens,
                               tuple(stats.num_accepted_tokens_per_pos),
                               tuple(stats.num_draft_tokens_per_pos))
+
+
+def grammar_rows(grammar_output: Any) -> tuple[tuple[str, int], ...]:
+    """A step's grammar bitmask rows (`get_grammar_bitmask`'s output, None: no row): per
+    structured-output request in batch order, how many of its drafts the mask covers."""
+    if grammar_output is None:
+        return ()
+    drafts = grammar_output.num_acceptable_drafts
+    ids = grammar_output.structured_output_request_ids
+    return tuple(zip(ids, [0] * len(ids) if drafts is None else drafts, strict=True))
+
+
+def resolved(scheduled: Scheduled, spec_tokens: Mapping[str, Sequence[int]],
+             grammar_output: Any) -> Scheduled:
+    """`scheduled` (a `Scheduled`) after its deferred sampling was resolved: the drafts now
+    scheduled and the bitmask's rows."""
+    from dataclasses import replace
+
+    return replace(scheduled, spec_tokens=tuple((rid, tuple(ids))
+                                                for rid, ids in spec_tokens.items()),
+                   grammar_rows=grammar_rows(grammar_output), pending_grammar=False)

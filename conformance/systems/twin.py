@@ -45,6 +45,8 @@ from conformance.systems.readback import (
     block_ids,
     block_tables_of,
     external_hash,
+    grammar_rows,
+    resolved,
     spec_counts,
 )
 from workloads.controls import ControlSpec
@@ -82,6 +84,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         continuum=continuum_settings(config),
         kv_connector=offload_settings(config),
         **encoder_settings(config),
+        num_sampled_tokens_per_step=0 if config.runner == "pooling" else 1,
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -138,9 +141,11 @@ class ImplSystem:
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:
         from impl.core.multimodal import MultiModalFeature
+        from impl.sched.grammar import Grammar
         from impl.sched.request import Request
 
         lora = request.lora_name
+        spec = request.grammar
         self.scheduler.add_request(Request(
             request.request_id, request.prompt_token_ids,
             max_tokens=request.max_tokens,
@@ -154,7 +159,20 @@ class ImplSystem:
             mm_features=[MultiModalFeature(sys.intern(m.identifier), m.offset, m.length,
                                            m.is_embed) for m in request.mm_items],
             resumable=request.resumable,
+            pooling=self.config.runner == "pooling",
+            grammar=None if spec is None else Grammar(
+                spec.allowed_lo, spec.allowed_hi,
+                (*request.stop_token_ids, *(() if request.eos_token_id is None
+                                            else (request.eos_token_id,)))),
         ))
+
+    def compile_grammar(self, request_id: str, failed: bool) -> None:
+        """The engine finished compiling a request's grammar (`workloads.grammar`)."""
+        from impl.sched.grammar import GrammarState
+
+        request = self.scheduler.requests.get(request_id)
+        if request is not None and request.grammar is not None:
+            request.grammar.state = GrammarState.FAILED if failed else GrammarState.READY
 
     def control(self, control: ControlSpec) -> bool | None:
         """An operation between steps (`workloads.controls`)."""
@@ -201,7 +219,23 @@ class ImplSystem:
             encoder_inputs=tuple((rid, tuple(ids))
                                  for rid, ids in out.scheduled_encoder_inputs.items()),
             freed_encoder_ids=tuple(out.free_encoder_mm_hashes),
+            grammar_rows=() if out.pending_structured_output_tokens
+            else grammar_rows(self.scheduler.get_grammar_bitmask(out)),
+            pending_grammar=out.pending_structured_output_tokens,
         )
+
+    def resolve_deferred(self, scheduled: Scheduled,
+                         drafts: Sequence[tuple[str, Sequence[int]]]) -> Scheduled:
+        """A step whose sampling waited for the step before (`Scheduled.pending_grammar`):
+        the drafter's tokens replace its placeholder drafts, then its bitmask is made."""
+        from impl.sched.output import DraftTokenIds
+
+        out: Any = scheduled.native
+        if drafts:
+            self.scheduler.update_draft_token_ids_in_output(DraftTokenIds(
+                [rid for rid, _ in drafts], [list(d) for _, d in drafts]), out)
+        return resolved(scheduled, out.scheduled_spec_decode_tokens,
+                        self.scheduler.get_grammar_bitmask(out))
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
         from impl.sched.output import ModelRunnerOutput
@@ -212,6 +246,7 @@ class ImplSystem:
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
             kv_connector_output=None if output.connector is None
             else impl_connector_output(output.connector),
+            pooled_req_ids=frozenset(output.pooled),
         ))
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
                                     o.stop_reason) for o in result)

@@ -23,7 +23,10 @@ from hypothesis import HealthCheck, Phase, given, note, settings  # noqa: E402
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.sched.strategies.controls import control_workloads  # noqa: E402
+from conformance.sched.strategies.grammar import grammar_workloads  # noqa: E402
 from conformance.sched.strategies.multimodal import multimodal_workloads  # noqa: E402
+from conformance.sched.strategies.pooling import pooling_workloads  # noqa: E402
+from conformance.sched.strategies.streaming import streaming_workloads  # noqa: E402
 from conformance.sched.strategies.workloads import workloads  # noqa: E402
 from conformance.systems.registry import resolve_system  # noqa: E402
 from workloads import dumps  # noqa: E402
@@ -64,6 +67,33 @@ def test_generated_multimodal_corpus_matches_upstream(workload: Workload) -> Non
 @given(control_workloads())
 def test_generated_control_corpus_matches_upstream(workload: Workload) -> None:
     """Operator controls (`strategies.controls`): the killer of pause and reset mutants."""
+    _assert_exact(workload)
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(grammar_workloads())
+def test_generated_grammar_corpus_matches_upstream(workload: Workload) -> None:
+    """Structured output (`strategies.grammar`): the killer of grammar mutants."""
+    _assert_exact(workload)
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(pooling_workloads())
+def test_generated_pooling_corpus_matches_upstream(workload: Workload) -> None:
+    """Pooling models (`strategies.pooling`): the killer of pooling mutants."""
+    _assert_exact(workload)
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(streaming_workloads())
+def test_generated_streaming_corpus_matches_upstream(workload: Workload) -> None:
+    """Streaming sessions (`strategies.streaming`): the killer of session mutants."""
     _assert_exact(workload)
 
 

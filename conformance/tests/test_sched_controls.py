@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from conformance.sched.driver import Driver
-from conformance.systems.protocol import apply_control
+from conformance.systems.optional import apply_control
 from conformance.systems.twin import ImplSystem
 from vtwin.errors import UserError
 from workloads.controls import ControlSpec

@@ -21,8 +21,10 @@ from hypothesis import given, note, target
 
 from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies.controls import control_workloads
+from conformance.sched.strategies.grammar import grammar_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads
+from conformance.sched.strategies.pooling import pooling_workloads
 from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
@@ -94,9 +96,33 @@ def test_generated_streaming_workloads_match_upstream_exactly(pair: Pair,
                                                               workload: Workload) -> None:
     """Streaming-input sessions (`strategies.streaming`): steered toward preemptions (a
     session waiting for input holds blocks others need) and prefix hits."""
-    if "0.33" in pair.against:
-        pytest.skip("streaming sessions diverge from vLLM 0.33 in cases the twin does not "
-                    "follow yet: conformance/regressions/pending/session-0.33-*.jsonl")
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.preemptions), label="preemptions")
+    target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
+    _assert_exact(workload, result)
+
+
+@given(grammar_workloads())
+def test_generated_grammar_workloads_match_upstream_exactly(pair: Pair,
+                                                            workload: Workload) -> None:
+    """Structured output (`strategies.grammar`): grammars compiling for a few steps or failing,
+    ranges that trim drafts; steered toward masked decodes, compile errors and preemptions."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.masked_rows), label="masked rows")
+    target(float(activity.errors), label="errors")
+    target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+@given(pooling_workloads())
+def test_generated_pooling_workloads_match_upstream_exactly(pair: Pair,
+                                                            workload: Workload) -> None:
+    """A pooling model (`strategies.pooling`): prefill-only requests, steered toward
+    preemptions (of prompts mid-prefill) and prefix hits."""
     result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
     note(dumps(workload))
     activity = result.activity

@@ -68,3 +68,37 @@ def test_upstream_032_asserts_when_two_adapters_end_up_running_under_max_loras_1
     assert result.same_failure.startswith(
         f"both systems stop at step {result.steps} on release check 'lora-limit'")
     assert result.steps == {"lora-limit-assert-032": 24, "lora-limit-assert-032-async": 28}[name]
+
+
+def test_upstream_032_asserts_when_it_admits_a_session_part_already_computed() -> None:
+    """vLLM 0.32.0 keeps a session's computed count past the drafts a stop trimmed, so a
+    one-token next part is computed already and admitting it asserts `num_new_tokens > 0`.
+    0.33 takes the trimmed tokens back (switch cache_verified_blocks_on_output). Found by the
+    streaming Hypothesis family. The twin under 0.32 stops at the same step on release check
+    'empty-admission', which is agreement; this test fails the day the installed upstream
+    stops asserting, or the twin stops reproducing it."""
+    workload = load(str(BUGS / "session-trimmed-drafts-032.jsonl"))
+    assert workload.config.num_spec_tokens == 2
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergences == ()
+    assert result.same_failure is not None
+    assert result.same_failure.startswith(
+        "both systems stop at step 3 on release check 'empty-admission'")
+    assert result.steps == 3
+
+
+def test_a_request_the_pool_can_never_hold_blocks_the_queue_forever() -> None:
+    """vllm#39734: a request within `max_model_len` that the KV pool can never hold waits
+    forever under `scheduler_reserve_full_isl` (on by default), and so does every request
+    behind it. Here a hybrid model (full attention + a sliding window) passes the startup check
+    (the pool holds one `max_model_len` request's full-attention blocks) while a long prompt
+    also needs the window's blocks. Both systems stall alike (agreement, reported by the
+    liveness monitor as never admitted); this test fails the day upstream rejects such a request
+    or lets the queue pass it."""
+    workload = load(str(BUGS / "kv-capacity-head-of-line.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed
+    assert "waiting request long not admitted" in str(stall.right)
+    assert stall.right_state.waiting == ("long", "after") and not stall.right_state.running

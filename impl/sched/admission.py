@@ -65,6 +65,11 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 break
             queue = self.kv_holding_waiting or self.waiting
             request = queue.peek_request()
+            if (request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+                    and not self._grammar_ready(request)):
+                skipped.append(queue.pop_request())  # its grammar is still compiling (or failed)
+                self.deferred_waiting.add(request.request_id)
+                continue
             if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
                 # A session between its input parts: nothing to compute until one arrives.
                 (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
@@ -112,6 +117,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
             if not config.enable_chunked_prefill and num_new > plan.token_budget:
                 break
             num_new = min(num_new, plan.token_budget)
+            if num_new <= 0:
+                self._fail_empty_admission(request, num_computed)
             if self.mamba_split is not None and not (
                     num_new := self.mamba_split.clip(request, num_new, num_hit)):
                 break  # no block-aligned chunk fits: admission stops

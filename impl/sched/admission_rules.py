@@ -1,13 +1,14 @@
-"""Two admission rules of `Scheduler`, kept apart so the scheduler reads as its phases.
+"""Admission rules of `Scheduler`, kept apart so the scheduler reads as its phases.
 
 `_loras_in_use` is the `max_loras` limit admission stays within; `_uniform_decode_padding`
-pads an admitted decode to the spec-decode batch's uniform width. Both are methods of the
-scheduler (a mixin), reading its settings.
+pads an admitted decode to the spec-decode batch's uniform width; the `_check_`/`_fail_`
+methods stop where upstream asserts (`ReleaseCheckFailed`). All are methods of the scheduler
+(a mixin), reading its settings.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from mypy_extensions import trait
 
@@ -15,6 +16,7 @@ from impl.sched.state import SchedulerState
 from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
+    from impl.sched.request import Request
     from impl.sched.step_plan import StepPlan
 
 
@@ -46,6 +48,18 @@ class AdmissionRules(SchedulerState):
             raise ReleaseCheckFailed("lora-limit", (
                 f"the running phase scheduled adapters {sorted(adapters)}, more than "
                 f"max_loras={limit} ({self.behaviour.release} admission)"))
+
+    def _fail_empty_admission(self, request: Request, num_computed: int) -> NoReturn:
+        """Raise `ReleaseCheckFailed('empty-admission')`: a waiting request reached with every
+        token computed has nothing to schedule, which upstream asserts at the same point. 0.32
+        reaches it with a streaming session whose turn ended on a stop that trimmed verified
+        drafts: the computed count stays past the trimmed tokens, and a next part of one token
+        is then computed already (`conformance/upstream_bugs/session-trimmed-drafts-032.jsonl`;
+        0.33 takes trimmed tokens back, `cache_verified_blocks_on_output`)."""
+        raise ReleaseCheckFailed("empty-admission", (
+            f"waiting request {request.request_id!r} has no token to compute "
+            f"({num_computed} of its {request.num_tokens} computed; "
+            f"{self.behaviour.release})"))
 
     def _uniform_decode_padding(self, num_computed: int, num_new: int) -> int:
         """Placeholder drafts for an admitted request that needs just its last token (a resumed

@@ -30,7 +30,10 @@ class AsyncScheduler(Scheduler):
             drafts = output.scheduled_spec_decode_tokens.get(req_id, ())
             if request.num_computed_tokens == (request.num_tokens + len(drafts)
                                                + request.num_output_placeholders):
-                # This step completes the request's input: it will sample a token.
+                # This step completes the request's input: it will sample a token. With a
+                # grammar and a step already in flight, the mask must wait for that step.
+                if request.grammar is not None and request.num_output_placeholders > 0:
+                    output.pending_structured_output_tokens = True
                 request.num_output_placeholders += 1 + len(drafts)
                 if self.num_spec_tokens:
                     request.spec_token_ids = [PLACEHOLDER_DRAFT] * self.num_spec_tokens

@@ -47,6 +47,9 @@ class SchedulerConfig:
     max_num_encoder_input_tokens: int = 0
     encoder_cache_size: int = 0
     disable_chunked_mm_input: bool = False
+    # Tokens a step samples after a request's input: 1, or 0 for a pooling model (its requests
+    # end with pooled output, so a prompt may fill the whole context).
+    num_sampled_tokens_per_step: int = 1
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",

@@ -17,7 +17,9 @@ they hold under `python -O` too.
 | loading, finished       | finished, still in `requests`   | its own       | (aborted mid-load)  |
 
 Sessions waiting for their next input part (`WAITING_FOR_STREAMING_REQ`) are counted apart (their
-seats); the count must match the queues.
+seats); the count must match the queues. A request waiting for its grammar
+(`WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`) never ran: it is in `waiting`, has computed nothing,
+and is counted among the skipped (`deferred_waiting`).
 
 With a connector, GPU blocks may also be held by its transfers and by frees deferred past a
 step in flight: the pool's reference counts are checked against all of those holders, and the
@@ -35,6 +37,7 @@ from vtwin.errors import IntegrityError
 
 _WAITING_STATUSES = frozenset({RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS,
                                RequestStatus.WAITING_FOR_STREAMING_REQ,
+                               RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR,
                                RequestStatus.PREEMPTED})
 
 
@@ -74,6 +77,13 @@ def check_scheduler_integrity(scheduler: SchedulerState) -> None:
                                  f"{request.num_computed_tokens} computed) is in waiting")
         if not holds and any(manager.get_block_ids(request.request_id)):
             raise IntegrityError(f"scheduler: waiting {request.request_id} holds KV blocks")
+        if request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR and (
+                request.grammar is None or request.num_computed_tokens
+                or request.request_id not in scheduler.deferred_waiting):
+            raise IntegrityError(f"scheduler: {request.request_id} waits for a grammar (has one: "
+                                 f"{request.grammar is not None}) with "
+                                 f"{request.num_computed_tokens} tokens computed, skipped: "
+                                 f"{request.request_id in scheduler.deferred_waiting}")
     streaming = sum(1 for r in _chain(scheduler.waiting, scheduler.kv_holding_waiting)
                     if r.status == RequestStatus.WAITING_FOR_STREAMING_REQ)
     if streaming != scheduler.num_waiting_for_streaming_input:

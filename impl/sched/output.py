@@ -88,6 +88,11 @@ class SchedulerOutput:
     # encoder-cache entries evicted since the last step, for the worker to drop.
     scheduled_encoder_inputs: dict[str, list[int]]
     free_encoder_mm_hashes: list[str]
+    # Structured output under async scheduling: a scheduled request with a grammar has a step
+    # in flight, so its bitmask (and its drafts) wait for that step's output; drafts the
+    # grammar then rejected, per request (they stay scheduled as -1).
+    pending_structured_output_tokens: bool
+    num_invalid_spec_tokens: dict[str, int]
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -108,6 +113,8 @@ class SchedulerOutput:
         self.kv_connector_metadata = kv_connector_metadata
         self.scheduled_encoder_inputs = {}
         self.free_encoder_mm_hashes = []
+        self.pending_structured_output_tokens = False
+        self.num_invalid_spec_tokens = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,9 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]]
     # The worker's connector report: transfers finished or failed (None: nothing to report).
     kv_connector_output: KVConnectorOutput | None = None
+    # A pooling model: the requests whose pooled output this step produced (their prompt is
+    # computed); they sample nothing.
+    pooled_req_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from impl.core.block import BlockHash
 from impl.core.multimodal import MultiModalFeature
 from impl.core.request_hasher import RequestBlockHasher
+from impl.sched.grammar import Grammar
 
 
 class RequestStatus(enum.IntEnum):
     """Ordered like upstream: every status after PREEMPTED is a finished one."""
 
     WAITING = enum.auto()
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR = enum.auto()  # its grammar still compiling
     WAITING_FOR_REMOTE_KVS = enum.auto()
     WAITING_FOR_STREAMING_REQ = enum.auto()  # a session between its input parts
     RUNNING = enum.auto()
@@ -24,7 +26,9 @@ class RequestStatus(enum.IntEnum):
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
-    FINISHED_ERROR = enum.auto()  # a KV load failed under load_failure_policy 'fail'
+    # A KV load failed under load_failure_policy 'fail', or the request's grammar did not
+    # compile.
+    FINISHED_ERROR = enum.auto()
 
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
@@ -57,7 +61,8 @@ class Request:
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
-        "last_sched_seq", "mm_features", "resumable", "streaming_queue", "_hasher",
+        "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
+        "_hasher",
     )
 
     def __init__(
@@ -80,6 +85,8 @@ class Request:
         is_last_step: bool = True,
         mm_features: Sequence[MultiModalFeature] = (),
         resumable: bool = False,
+        grammar: Grammar | None = None,
+        pooling: bool = False,
     ) -> None:
         self.request_id = request_id
         # A tuple: shared as is with the scheduler output's NewRequestData and never copied
@@ -127,6 +134,15 @@ class Request:
         # request; parts that arrive during a turn wait here (None: the client closed it).
         self.resumable = resumable
         self.streaming_queue: deque[StreamingUpdate | None] | None = None
+        # Structured output (`impl.sched.grammar`): the request waits for its grammar first.
+        self.grammar = grammar
+        # A pooling model's request: prefill only, finished by its pooled output (one "token"
+        # of budget, never sampled).
+        self.pooling = pooling
+        if pooling:
+            self.max_tokens = 1
+        if grammar is not None:
+            self.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
         self.block_hashes: list[BlockHash] = []
         self._hasher = block_hasher
         if block_hasher is not None:
@@ -185,6 +201,10 @@ class Request:
     @property
     def num_tokens_with_spec(self) -> int:
         return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def use_structured_output(self) -> bool:
+        return self.grammar is not None
 
     @property
     def has_encoder_inputs(self) -> bool:

@@ -50,6 +50,7 @@ class Scheduler(Admission):
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
         self.max_model_len = scheduler_config.max_model_len
+        self.num_sampled_tokens_per_step = scheduler_config.num_sampled_tokens_per_step
         self.policy = scheduler_config.policy
         # `none_hash` seeds the requests' block hashers (built by the caller); `log_stats` off:
         # no prefix-cache, spec-decoding or scheduler stats are kept or made.
@@ -67,6 +68,7 @@ class Scheduler(Admission):
         self.max_num_encoder_input_tokens = scheduler_config.max_num_encoder_input_tokens
         self.encoder_cache = EncoderCacheManager(scheduler_config.encoder_cache_size)
         self.encoder_cache_mismatch_reqs: set[str] = set()
+        self.grammar_compile_error_reqs: set[str] = set()  # `structured_output`
         self.pause_state = PauseState.UNPAUSED  # `impl.sched.pause`
         self.num_waiting_for_streaming_input = 0  # sessions between parts (`streaming`)
         # Requests an operator's reset preempted since the last step (reported with its output).
@@ -116,7 +118,10 @@ class Scheduler(Admission):
         if not plan.preempted and not paused_all:
             self._admit_waiting(plan, hold_prefill)
             if not hold_prefill:
-                self.cadence.admission_done(len(self.waiting) - len(self.deferred_waiting))
+                # Both waiting queues: the skipped ones (`deferred_waiting`) include sessions
+                # and loads parked in `kv_holding_waiting`.
+                _, num_waiting = self.get_request_counts()
+                self.cadence.admission_done(num_waiting - len(self.deferred_waiting))
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
         output.scheduled_encoder_inputs = plan.encoder_inputs
@@ -144,7 +149,8 @@ class Scheduler(Admission):
         | start from            | tokens not computed yet, drafts and async placeholders too  |
         | long-prefill cap      | `threshold` (0 unless requests compete)                     |
         | budget                | what the step has left                                       |
-        | context               | max_model_len - 1 - computed: room for the sampled token    |
+        | context               | max_model_len - computed - the token sampled after (none    |
+        |                       | for a pooling model)                                         |
         """
         num_computed = request.num_computed_tokens
         num_new = (request.num_tokens + len(request.spec_token_ids)
@@ -155,7 +161,7 @@ class Scheduler(Admission):
         # boxed ints (3.5% of a whole-trace replay, perf).
         if token_budget < num_new:
             num_new = token_budget
-        context_room = self.max_model_len - 1 - num_computed
+        context_room = self.max_model_len - self.num_sampled_tokens_per_step - num_computed
         if context_room < num_new:
             num_new = context_room
         return num_new if self.mamba_split is None else self.mamba_split.clip(request, num_new)

@@ -11,7 +11,7 @@ instead of importing the `Scheduler` that imports them.
 | queues and requests   | requests, running, waiting, kv_holding_waiting, deferred_waiting,  |
 |                       | finished_req_ids, inflight_prefills                                |
 | limits                | max_model_len, max_num_running_reqs, max_num_scheduled_tokens,     |
-|                       | num_spec_tokens, num_lookahead_tokens                              |
+|                       | num_spec_tokens, num_lookahead_tokens, num_sampled_tokens_per_step |
 | configuration         | scheduler_config, behaviour, policy, continuum                     |
 | KV cache              | kv_cache_manager                                                   |
 | encoder (multimodal)  | encoder_cache, max_num_encoder_input_tokens,                       |
@@ -21,6 +21,7 @@ instead of importing the `Scheduler` that imports them.
 | counters              | num_preemptions, spec_decoding_stats (of the last update)           |
 | operator              | pause_state, prev_step_scheduled_req_ids, preempted_between_steps  |
 | streaming sessions    | num_waiting_for_streaming_input                                    |
+| structured output     | grammar_compile_error_reqs                                         |
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class SchedulerState:
     max_model_len: int
     max_num_running_reqs: int
     max_num_scheduled_tokens: int
+    num_sampled_tokens_per_step: int
     num_spec_tokens: int
     num_lookahead_tokens: int
     scheduler_config: SchedulerConfig
@@ -73,3 +75,4 @@ class SchedulerState:
     spec_decoding_stats: SpecDecodingStats | None
     log_stats: bool
     num_waiting_for_streaming_input: int
+    grammar_compile_error_reqs: set[str]  # ids; finished with an error after the step

@@ -24,7 +24,12 @@ from impl.sched.state import SchedulerState
 @trait
 class StreamingSessions(SchedulerState):
     def _handle_stopped_request(self, request: Request) -> bool:
-        """Whether a stopped request is finished (a session's turn ends without finishing)."""
+        """Whether a stopped request is finished (a session's turn ends without finishing).
+
+        A continuing session is queued here, as 0.32 does; 0.33 queues it once the stopped
+        requests have left their queues. That differs only for a turn ending while the session
+        is not running (0.32 then drops it from the queues too), which only a step's output
+        arriving after a preemption reaches: async scheduling, refused for sessions."""
         if not request.resumable:
             return True
         request.num_computed_tokens -= request.num_output_placeholders

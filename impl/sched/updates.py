@@ -17,6 +17,7 @@ from impl.sched.request import Request, RequestStatus
 from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.stop import check_stop
 from impl.sched.streaming import StreamingSessions
+from impl.sched.structured_output import StructuredOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class SchedulerStats:
 
 
 @trait
-class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
+class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredOutput):
     """Applying a step's output: finished loads, invalid blocks and deferred frees go through
     the connector paths first, encoder items the step passed are freed, and an operator's
     reset may preempt every running request, hence the bases."""
@@ -47,6 +48,8 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
                 "(upstream drops the output of a step in flight when a turn ends, which the "
                 "twin does not model)")
         self._open_session(request)
+        if request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
+            self.deferred_waiting.add(request.request_id)  # skipped until its grammar compiles
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
         if self.continuum is not None:
@@ -86,7 +89,10 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
                 if self.log_stats:
                     if spec_stats is None:
                         spec_stats = SpecDecodingStats(self.num_spec_tokens)
-                    spec_stats.observe(len(drafts), len(generated) - 1)
+                    # Drafts the grammar rejected (async) were never proposed, for the stats.
+                    spec_stats.observe(
+                        len(drafts) - scheduler_output.num_invalid_spec_tokens.get(req_id, 0),
+                        len(generated) - 1)
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
                     request.num_computed_tokens -= num_rejected
@@ -94,19 +100,24 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
                     request.num_output_placeholders -= num_rejected
             if request.mm_features:  # the step ran: items the decoder passed are done
                 self._free_encoder_inputs(request)
-            if not generated:
-                continue  # a partial prefill chunk samples nothing
             status_before = request.status
-            had_placeholders = request.num_output_placeholders > 0
-            new_token_ids, stopped = self._update_request_with_output(request, generated)
-            if cache_verified and status_before == RequestStatus.RUNNING:
-                self._cache_verified_blocks(request, len(generated) - len(new_token_ids),
-                                            had_placeholders)
-            if not stopped:
-                # (A session's stop reason from an earlier turn stays on its outputs.)
-                outputs.append(EngineCoreOutput(req_id, new_token_ids, None,
-                                                request.stop_reason))
-                continue
+            if not generated:
+                if not (request.pooling and req_id in model_runner_output.pooled_req_ids):
+                    continue  # a partial prefill chunk samples nothing
+                # A pooling request stops with its pooled output (its prompt is computed).
+                request.status = RequestStatus.FINISHED_STOPPED
+                new_token_ids: list[int] = []
+            else:
+                had_placeholders = request.num_output_placeholders > 0
+                new_token_ids, stopped = self._update_request_with_output(request, generated)
+                if cache_verified and status_before == RequestStatus.RUNNING:
+                    self._cache_verified_blocks(request, len(generated) - len(new_token_ids),
+                                                had_placeholders)
+                if not stopped:
+                    # (A session's stop reason from an earlier turn stays on its outputs.)
+                    outputs.append(EngineCoreOutput(req_id, new_token_ids, None,
+                                                    request.stop_reason))
+                    continue
             finish_reason = request.get_finished_reason()  # before a session's turn ends
             if self._handle_stopped_request(request):
                 self._free_request(request)
@@ -121,7 +132,8 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
             self.kv_holding_waiting.remove_requests(stopped_waiting)
-        errors = self.encoder_cache_mismatch_reqs
+        errors = self.grammar_compile_error_reqs | self.encoder_cache_mismatch_reqs
+        self.grammar_compile_error_reqs = set()
         self.encoder_cache_mismatch_reqs = set()
         if failed_loads and not self.recompute_kv_load_failures:
             errors |= failed_loads
@@ -163,7 +175,8 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions):
             if request is None or request.is_finished():
                 continue
             # Drafts continue the sequence; a request still mid-prefill has none to verify.
-            request.spec_token_ids = [] if request.is_prefill_chunk else list(drafts)
+            request.spec_token_ids = [] if request.is_prefill_chunk else \
+                self._grammar_drafts(request, list(drafts))
 
     def finish_requests(self, request_ids: str | Iterable[str],
                         finished_status: RequestStatus) -> list[Request]:

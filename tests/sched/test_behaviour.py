@@ -209,6 +209,26 @@ def test_a_capacity_bound_engine_stops_holding_prefill() -> None:
     assert scheduler.cadence.capacity_bound is False  # the queue drained at c's admission
 
 
+def test_a_session_parked_in_the_kv_holding_queue_counts_as_waiting_for_the_capacity_bound(
+        ) -> None:
+    """Two seats: a decodes, session s ended its turn and waits for input (in
+    `kv_holding_waiting`, skipped, keeping its seat), c arrives and finds no seat. The release
+    step (executed step 4) leaves c waiting: the engine is capacity-bound. s is among the
+    skipped and among the waiting (both queues count), so it does not cancel c out. Seen on
+    `conformance/regressions/session-capacity-bound-0.33-*.jsonl`."""
+    scheduler = make_scheduler(max_num_seqs=2, max_num_batched_tokens=32,
+                               prefill_schedule_interval=3, behaviour=BEHAVIOUR_0_33)
+    scheduler.add_request(make_request("a", range(100, 120), max_tokens=8, ignore_eos=True))
+    scheduler.add_request(make_request("s", range(200, 210), max_tokens=1, resumable=True))
+    assert scheduled(step(scheduler)[0]) == {"a": 20, "s": 10}
+    scheduler.add_request(make_request("c", range(300, 310), max_tokens=2, ignore_eos=True))
+    schedules = [scheduled(step(scheduler)[0]) for _ in range(3)]
+    assert schedules == [{"a": 1}, {"a": 1}, {"a": 1}]
+    assert [r.request_id for r in scheduler.kv_holding_waiting] == ["s"]
+    assert scheduler.deferred_waiting == {"s"}
+    assert scheduler.cadence.capacity_bound is True  # c still waits after the release step
+
+
 def test_max_loras_skips_a_request_whose_adapter_would_exceed_it() -> None:
     """max_loras 1: a (adapter-a) is admitted; b (adapter-b) would be a second adapter, so it is
     skipped and the scan goes on: c (adapter-a again) and d (no adapter) are admitted behind

@@ -9,6 +9,7 @@ from impl.sched.output import DraftTokenIds
 from impl.sched.request import Request, RequestStatus
 from impl.sched.scheduler import Scheduler
 from tests.sched.helpers import make_request, make_scheduler, scheduled, step
+from vtwin.errors import ReleaseCheckFailed
 
 EOS = 2
 
@@ -117,6 +118,32 @@ def test_what_a_turn_keeps_when_a_stop_trims_verified_drafts(behaviour: object) 
     request = s.requests["s"]
     kept = list(request.prompt_token_ids[20:])
     assert kept == ([7, 8, EOS, 50] if behaviour is BEHAVIOUR_0_32 else [7, 8, 50])
+
+
+@pytest.mark.parametrize("behaviour", [BEHAVIOUR_0_32, BEHAVIOUR_0_33],
+                         ids=lambda b: b.release)
+def test_a_part_already_computed_stops_admission_as_upstream_032_does(
+        behaviour: object) -> None:
+    """EOS at the first of two verified drafts trims two tokens. In 0.32 the computed count
+    (23) stays past the 22 tokens left, so a one-token part makes 23 tokens, all computed:
+    upstream asserts on admitting it, and the twin raises `ReleaseCheckFailed`
+    ('empty-admission') there (`conformance/upstream_bugs/session-trimmed-drafts-032.jsonl`).
+    0.33 took the trimmed tokens back, so the part is one token to compute."""
+    s = make_scheduler(num_spec_tokens=2, behaviour=behaviour)
+    s.add_request(session("s", range(100, 120), max_tokens=10))
+    step(s)  # prefill: samples 7
+    s.update_draft_token_ids(DraftTokenIds(["s"], [[EOS, 8]]))
+    step(s, token=lambda _: [EOS, 8, 9])  # both drafts accepted, EOS stops the turn
+    s.add_request(part("s", [50], max_tokens=2))
+    if behaviour is BEHAVIOUR_0_32:
+        with pytest.raises(ReleaseCheckFailed, match=r"'empty-admission' fails: waiting "
+                           r"request 's' has no token to compute \(23 of its 23 computed; "
+                           r"0\.32\.0\)"):
+            s.schedule()
+    else:
+        request = s.requests["s"]
+        assert (request.num_computed_tokens, request.num_tokens) == (21, 22)
+        assert scheduled(step(s)[0]) == {"s": 3}  # one token, padded to 1 + 2 drafts
 
 
 def test_integrity_catches_a_lost_waiting_session_count() -> None:

@@ -23,12 +23,14 @@ from workloads.generators import (
     long_context,
     multimodal,
     offload,
+    pooling,
     preemption_storm,
     prefix_sharing,
     priority_mix,
     sessions,
     spec_decode,
     streaming,
+    structured_output,
 )
 from workloads.generators.common import workload_name
 from workloads.model import Workload
@@ -65,6 +67,9 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(multimodal.FAMILY, multimodal.SUMMARY, multimodal.generate),
             Family(controls.FAMILY, controls.SUMMARY, controls.generate),
             Family(streaming.FAMILY, streaming.SUMMARY, streaming.generate),
+            Family(structured_output.FAMILY, structured_output.SUMMARY,
+                   structured_output.generate),
+            Family(pooling.FAMILY, pooling.SUMMARY, pooling.generate),
             Family(multimodal.UNCHUNKED_FAMILY, multimodal.UNCHUNKED_SUMMARY,
                    multimodal.unchunked),
         )

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field
 
 from workloads.controls import ControlSpec
+from workloads.grammar import GrammarSpec
 from workloads.model import (
     DEFAULT_VOCAB_SIZE,
     AbortSpec,
@@ -84,6 +85,7 @@ class WorkloadBuilder:
         mm_items: tuple[MultimodalItem, ...] = (),
         stream: tuple[StreamChunk, ...] = (),
         stream_end_step: int | None = None,
+        grammar: GrammarSpec | None = None,
     ) -> RequestSpec:
         """Add a request whose prompt is `segments` followed by `filler` unique tokens (with
         `after`: the new tokens its predecessor's prompt and output are followed by)."""
@@ -109,6 +111,7 @@ class WorkloadBuilder:
             stream=stream,
             stream_end_step=stream_end_step,
             resumable=stream_end_step is not None,
+            grammar=grammar,
         )
         self._requests.append(request)
         return request

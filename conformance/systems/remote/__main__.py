@@ -66,9 +66,15 @@ class Worker:
         system = self.systems[message.system]
         arg_types, _ = METHODS[message.method]
         args = [convert(a, t) for a, t in zip(message.args, arg_types, strict=True)]
+        handle = args[0] if message.method in ("update", "resolve_deferred") else 0
         if message.method == "update":
-            args[0] = self.pending.pop(args[0])
+            args[0] = self.pending.pop(handle)
+        elif message.method == "resolve_deferred":  # the Scheduled stays until its update
+            args[0] = self.pending[handle]
         result = getattr(system, message.method)(*args)
+        if message.method == "resolve_deferred":
+            self.pending[handle] = result
+            return dataclasses.replace(result, native=handle)
         if message.method == "schedule":
             self.next_id += 1
             self.pending[self.next_id] = result

@@ -93,6 +93,8 @@ METHODS: dict[str, tuple[tuple[Any, ...], Any]] = {
     "take_events": ((), tuple[CacheEvent, ...]),
     "check_integrity": ((), None),
     "control": ((ControlSpec,), bool | None),
+    "compile_grammar": ((str, bool), None),
+    "resolve_deferred": ((int, list[tuple[str, list[int]]]), Scheduled),
 }
 """Every `System` method: argument types and return type (`update` takes the handle of the
 `Scheduled` it applies, not the object)."""

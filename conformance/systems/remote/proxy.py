@@ -202,6 +202,15 @@ class ProxySystem:
         result: bool | None = self._call("control", control)
         return result
 
+    def resolve_deferred(self, scheduled: Scheduled,
+                         drafts: Sequence[tuple[str, Sequence[int]]]) -> Scheduled:
+        result: Scheduled = self._call("resolve_deferred", scheduled.native,
+                                       [(rid, list(d)) for rid, d in drafts])
+        return result
+
+    def compile_grammar(self, request_id: str, failed: bool) -> None:
+        self._call("compile_grammar", request_id, failed)
+
     def schedule(self) -> Scheduled:
         result: Scheduled = self._call("schedule")
         return result

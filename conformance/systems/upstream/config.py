@@ -93,6 +93,7 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         model_config = ModelConfig(
             model=str(write_tiny_model(Path(tmp), config.max_model_len)),
             skip_tokenizer_init=True, max_model_len=config.max_model_len, dtype="float32",
+            runner=config.runner,
         )
         vllm_config = VllmConfig(
             model_config=model_config, scheduler_config=scheduler_config,

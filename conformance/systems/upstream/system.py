@@ -41,10 +41,23 @@ from conformance.systems.protocol import (
     TokenOutput,
     Update,
 )
-from conformance.systems.readback import block_hashes_of, block_ids, block_tables_of, spec_counts
+from conformance.systems.readback import (
+    block_hashes_of,
+    block_ids,
+    block_tables_of,
+    grammar_rows,
+    resolved,
+    spec_counts,
+)
 from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
 from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
 from conformance.systems.upstream.events import EventSink, upstream_event
+from conformance.systems.upstream.grammar import (
+    finish_compile,
+    install_backend,
+    start_compile,
+    structured_outputs,
+)
 from conformance.systems.upstream.multimodal import (
     encoder_counts,
     encoder_schedule,
@@ -54,6 +67,15 @@ from conformance.systems.upstream.multimodal import (
 from vtwin.errors import UserError
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
+
+
+def pooled_outputs(output: RunnerOutput) -> list[Any]:
+    """A pooling model runner's output: a pooled tensor for each request whose prompt the step
+    finished, None for the others (still prefilling)."""
+    import torch
+
+    pooled = set(output.pooled)
+    return [torch.zeros(1) if rid in pooled else None for rid in output.req_ids]
 
 
 class UpstreamSystem:
@@ -107,6 +129,8 @@ class UpstreamSystem:
             config.effective_hash_block_size, hash_fn)
         self._external_hits: list[tuple[str, int]] = []
         self._offload = self._watch_connector()
+        self._grammars: dict[str, RequestSpec] = {}  # compiles in flight (`upstream.grammar`)
+        self._grammars_seen = False
 
     def _watch_connector(self) -> Any:
         """The offload tier's scheduler-side manager (None: no connector, or an inert one);
@@ -168,20 +192,38 @@ class UpstreamSystem:
         if request.eos_token_id is not None:
             # What the engine's input processor does with the model's EOS id.
             params.update_from_generation_config({}, request.eos_token_id)
+        if request.grammar is not None:
+            params.structured_outputs = structured_outputs()
         lora = None
         if request.lora_name:
             # One int id per adapter name, as the engine's LoRA manager numbers them (the
             # max_loras limit counts ids).
             lora_id = self._lora_ids.setdefault(request.lora_name, len(self._lora_ids) + 1)
             lora = LoRARequest(request.lora_name, lora_id, f"/loras/{request.lora_name}")
+        pooling = None
+        if self.config.runner == "pooling":  # a pooling model's request samples nothing
+            from vllm.pooling_params import PoolingParams
+
+            params, pooling = None, PoolingParams(task="embed")
         self._pin_none_hash()
-        self.scheduler.add_request(Request(
-            request.request_id, list(request.prompt_token_ids), params, None,
+        native = Request(
+            request.request_id, list(request.prompt_token_ids), params, pooling,
             arrival_time=arrival_time, priority=request.priority,
             cache_salt=request.cache_salt, lora_request=lora,
             mm_features=mm_features(request), block_hasher=self._block_hasher,
             resumable=request.resumable,
-        ))
+        )
+        if request.grammar is not None:
+            if not self._grammars_seen:
+                install_backend(self.scheduler)
+                self._grammars_seen = True
+            self._grammars[request.request_id] = request
+            start_compile(native)
+        self.scheduler.add_request(native)
+
+    def compile_grammar(self, request_id: str, failed: bool) -> None:
+        """The engine finished compiling a request's grammar (`workloads.grammar`)."""
+        finish_compile(self.scheduler, self._grammars.pop(request_id), failed)
 
     def abort(self, request_id: str) -> bool:
         from vllm.v1.request import RequestStatus
@@ -210,6 +252,8 @@ class UpstreamSystem:
         )
         c = out.scheduled_cached_reqs
         encoder_inputs, freed_encoder_ids = encoder_schedule(out)
+        # As the engine reads it: async scheduling with a grammar request's step in flight.
+        pending = bool(getattr(out, "pending_structured_output_tokens", False))
         cached = tuple(
             CachedRequest(
                 rid, rid in c.resumed_req_ids, c.num_computed_tokens[i], c.num_output_tokens[i],
@@ -232,7 +276,26 @@ class UpstreamSystem:
             external_hits=self._take_external_hits(),
             encoder_inputs=encoder_inputs,
             freed_encoder_ids=freed_encoder_ids,
+            # As the engine asks right after scheduling (sync scheduling only: see
+            # `workloads.grammar`); only workloads with grammars ask.
+            grammar_rows=grammar_rows(self.scheduler.get_grammar_bitmask(out))
+            if self._grammars_seen and not pending else (),
+            pending_grammar=pending,
         )
+
+    def resolve_deferred(self, scheduled: Scheduled,
+                         drafts: Sequence[tuple[str, Sequence[int]]]) -> Scheduled:
+        """What `step_with_batch_queue` does for a deferred scheduler output once the step
+        before it is applied: the drafts into the output, then the grammar bitmask."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        out: Any = scheduled.native
+        if drafts:
+            self.scheduler.update_draft_token_ids_in_output(DraftTokenIds(
+                req_ids=[rid for rid, _ in drafts],
+                draft_token_ids=[list(d) for _, d in drafts]), out)
+        return resolved(scheduled, out.scheduled_spec_decode_tokens,
+                        self.scheduler.get_grammar_bitmask(out))
 
     def update(self, scheduled: Scheduled, output: RunnerOutput) -> Update:
         from vllm.v1.outputs import ModelRunnerOutput
@@ -243,6 +306,7 @@ class UpstreamSystem:
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
             kv_connector_output=None if output.connector is None
             else upstream_connector_output(output.connector),
+            pooler_output=pooled_outputs(output) if self.config.runner == "pooling" else None,
         )
         self._pin_none_hash()
         result = self.scheduler.update_from_output(scheduled.native, runner_output)
