@@ -58,6 +58,9 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             and len(model.kv_cache_groups) == 1):
         raise fail("hash_block_size", f"must equal block_size {model.block_size} with one "
                    "KV-cache group and prefix caching on (upstream hashes at the block size)")
+    if model.data_parallel and model.prefill_schedule_interval < 2:
+        raise fail("data_parallel", "needs prefill_schedule_interval > 1 (the cadence the "
+                   "data-parallel engine core throttles prefill to)")
     if model.runner == "pooling":
         for field, value, why in (
                 ("num_spec_tokens", model.num_spec_tokens, "a pooling model samples nothing "
@@ -117,6 +120,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             model.multimodal.disable_chunked_mm_input),
         log_stats=model.log_stats,
         runner=model.runner,
+        data_parallel=model.data_parallel,
     )
 
 

@@ -124,6 +124,9 @@ class EngineConfig:
     `prefill_schedule_interval` N > 1 lets prefill into a step only every N executed steps while
     requests decode (vLLM 0.33 applies it in one engine; 0.32 only across data-parallel ranks).
     `max_loras` > 0 limits the LoRA adapters among running requests (0: no LoRA config, no limit).
+    `data_parallel`: the engine is one rank of a data-parallel deployment, whose engine core
+    throttles prefill on the steps off its `prefill_schedule_interval` cadence (counted from the
+    start of each busy period) instead of the engine holding prefill itself.
     `runner` "pooling" serves an embedding / pooling model: every request is prefill-only and
     finishes (stop) once its prompt is computed, with pooled output and no sampled token.
     """
@@ -151,6 +154,7 @@ class EngineConfig:
     multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
     log_stats: bool = True  # False: the scheduler keeps and reports no stats
     runner: Runner = "generate"
+    data_parallel: bool = False
 
     @property
     def usable_blocks(self) -> int:
@@ -188,6 +192,7 @@ class EngineConfig:
                if self.multimodal is not None else {}),
             **({"log_stats": False} if not self.log_stats else {}),
             **({"runner": self.runner} if self.runner != "generate" else {}),
+            **({"data_parallel": True} if self.data_parallel else {}),
         }
 
 

@@ -118,6 +118,7 @@ class EngineConfigModel(_Strict):
     multimodal: MultimodalModel | None = None
     log_stats: bool = True
     runner: Literal["generate", "pooling"] = "generate"
+    data_parallel: bool = False
 
 
 class HeaderModel(_Strict):

@@ -24,7 +24,12 @@ from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
 from conformance.sched.transfers import TransferWorker
-from conformance.systems.optional import apply_control, compile_grammar, resolve_deferred
+from conformance.systems.optional import (
+    apply_control,
+    compile_grammar,
+    resolve_deferred,
+    throttle_prefills,
+)
 from conformance.systems.protocol import (
     BlockCounts,
     BlockIds,
@@ -122,6 +127,7 @@ class Driver:
         controls = deque(self.workload.controls)
         parts = deque(session_parts(self.workload))
         grammars: list[tuple[int, str, bool]] = []  # (step compiled, request id, failed)
+        busy = 0  # steps since the engine last went idle (a DP engine core's step counter)
         step = 0
         while arrivals or self.system.has_requests() or self._queue or controls or parts:
             if step >= self.max_steps:
@@ -149,6 +155,8 @@ class Driver:
             while controls and controls[0].step <= step:
                 control = controls.popleft()
                 applied_controls.append((control.action, apply_control(self.system, control)))
+            if self.config.data_parallel:  # the DP engine core's cadence (`workloads.model`)
+                throttle_prefills(self.system, busy % self.config.prefill_schedule_interval > 0)
             before = self.system.state() if self.snapshot_before else _NO_STATE
             if self.config.async_scheduling:
                 scheduled, applied = self._async_body(step)
@@ -176,6 +184,7 @@ class Driver:
             if stall is not None:
                 raise self._stalled(step, *stall)
             step += 1
+            busy = busy + 1 if self.system.has_requests() or self._queue else 0
 
     def _sync_body(self, step: int) -> tuple[Scheduled | None, tuple[int, Update] | None]:
         if not self.system.has_requests():

@@ -48,3 +48,13 @@ def resolve_deferred(system: object, scheduled: Scheduled,
                         "async scheduling")
     result: Scheduled = method(scheduled, drafts)
     return result
+
+
+def throttle_prefills(system: object, throttled: bool) -> None:
+    """A data-parallel engine core's word for the next `schedule()`: keep prefill out of it
+    (`throttled`) or not (`workloads.model.EngineConfig.data_parallel`)."""
+    method = getattr(system, "throttle_prefills", None)
+    if not callable(method):
+        raise UserError(f"{getattr(system, 'name', type(system).__name__)} has no "
+                        "throttle_prefills() method: it cannot run as a data-parallel rank")
+    method(throttled)

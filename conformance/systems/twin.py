@@ -72,7 +72,8 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         policy=config.policy,
         num_spec_tokens=config.num_spec_tokens,
         num_lookahead_tokens=config.num_lookahead_tokens,
-        prefill_schedule_interval=config.prefill_schedule_interval,
+        # A data-parallel rank is throttled by its engine core, never by its own cadence.
+        prefill_schedule_interval=1 if config.data_parallel else config.prefill_schedule_interval,
         max_loras=config.max_loras,
         async_scheduling=config.async_scheduling,
         enable_prefix_caching=config.enable_prefix_caching,
@@ -138,6 +139,7 @@ class ImplSystem:
             self.name = f"impl=={release}"
         self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
                                           none_hash)
+        self._throttled = False  # a DP engine core's word for the next step
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:
         from impl.core.multimodal import MultiModalFeature
@@ -192,8 +194,12 @@ class ImplSystem:
     def has_requests(self) -> bool:
         return bool(self.scheduler.has_requests())
 
+    def throttle_prefills(self, throttled: bool) -> None:
+        """A data-parallel engine core's flag for the next step (`EngineConfig.data_parallel`)."""
+        self._throttled = throttled
+
     def schedule(self) -> Scheduled:
-        out = self.scheduler.schedule()
+        out = self.scheduler.schedule(self._throttled)
         new = tuple(NewRequest(r.req_id, len(r.prompt_token_ids), r.num_computed_tokens,
                                block_ids(r.block_ids))
                     for r in out.scheduled_new_reqs)

@@ -123,6 +123,19 @@ def test_line_ranges_belong_to_one_release(tmp_path: Path) -> None:
         load_features(bad)
 
 
+def test_under_another_release_an_entry_keeps_its_functions_and_drops_its_lines(
+        tmp_path: Path) -> None:
+    both = Feature("grammars", "why", FILE, frozenset({"Scheduler.grammar"}),
+                   lines=((13, 14),), release="0.32.0")
+    data, root = planted(tmp_path, executed=[1, 2, 3, 4, 5, 6, 8])
+    on_032 = summarize(data, root, (both,), "0.32.0")
+    assert [f["name"] for f in on_032["features"]] == ["grammars"]
+    assert not any(r["function"] == "helper" for r in on_032["unmapped"])
+    on_033 = summarize(data, root, (both,), "0.33.0")
+    assert [f["name"] for f in on_033["features"]] == ["grammars"]  # its function still maps
+    assert [r["function"] for r in on_033["unmapped"]] == ["helper"]  # its lines do not
+
+
 def test_a_worker_runs_under_coverage_when_asked() -> None:
     from conformance.systems.remote.proxy import WORKER_COVERAGE_ENV, worker_argv
 

@@ -10,6 +10,10 @@ only across data-parallel ranks, never in a single engine (`Behaviour.local_pref
 
 Steps are counted only when they schedule something: an empty `schedule()` call does not
 bring the next prefill closer.
+
+A data-parallel rank is throttled from outside instead: the engine core of a DP deployment
+passes `throttle_prefills` on steps off its cadence (both releases), and the same two escapes
+apply (no running decode, or capacity-bound).
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ class PrefillCadence:
     def __post_init__(self) -> None:
         self.last_prefill_step = -self.interval  # the first step is never held
 
-    def holds_prefill(self, running: Iterable[Request]) -> bool:
-        """Whether the step about to be scheduled keeps prefill out."""
-        return (self.interval > 1 and not self.capacity_bound
-                and self.executed_steps + 1 - self.last_prefill_step < self.interval
-                and any(not r.is_prefill_chunk for r in running))
+    def holds_prefill(self, running: Iterable[Request], throttled: bool = False) -> bool:
+        """Whether the step about to be scheduled keeps prefill out: throttled by a DP engine
+        core, or within the local interval."""
+        return ((throttled or (self.interval > 1 and self.executed_steps + 1
+                               - self.last_prefill_step < self.interval))
+                and not self.capacity_bound and any(not r.is_prefill_chunk for r in running))
 
     def admission_done(self, num_still_waiting: int) -> None:
         """After a step free to admit: requests left waiting mean the engine is saturated."""

@@ -100,9 +100,11 @@ class Scheduler(Admission):
         self._setup_connector(scheduler_config, kv_cache_config)
 
     # -- scheduling -----------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         """One step, in phases: running requests first (they hold blocks; one that cannot get
-        blocks preempts another), then, only in a step that preempted nothing, waiting ones."""
+        blocks preempts another), then, only in a step that preempted nothing, waiting ones.
+        `throttle_prefills`: a data-parallel engine core keeps prefill out of this step
+        (`PrefillCadence`)."""
         if self.continuum is not None:  # pins expire before anything is allocated
             self.continuum.start_step(self.waiting)  # type: ignore[arg-type]
         if self.tracer is not None:
@@ -112,7 +114,7 @@ class Scheduler(Admission):
         paused_all = self.pause_state == PauseState.PAUSED_ALL
         plan = StepPlan(0 if paused_all else self.max_num_scheduled_tokens,
                         self.max_num_encoder_input_tokens)
-        hold_prefill = self.cadence.holds_prefill(self.running)
+        hold_prefill = self.cadence.holds_prefill(self.running, throttle_prefills)
         self._schedule_running(plan, hold_prefill)
         self._check_running_loras(plan)
         if not plan.preempted and not paused_all:

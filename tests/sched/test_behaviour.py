@@ -195,6 +195,36 @@ def test_prefill_schedule_interval_holds_prefill_between_prefill_steps(
                              {"a": 1, "b": 1}]
 
 
+@pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)
+def test_a_data_parallel_engine_core_throttles_prefill_in_both_releases(
+        behaviour: Behaviour) -> None:
+    """The engine core of a data-parallel rank passes `throttle_prefills` off its cadence:
+    b's prefill waits for the next step the core leaves free, and so does its second chunk;
+    a's decode runs every step. The same in both releases (interval 1 in the engine)."""
+    scheduler = make_scheduler(max_num_batched_tokens=32, behaviour=behaviour)
+    scheduler.add_request(make_request("a", range(100, 120), max_tokens=24, ignore_eos=True))
+    scheduler.add_request(make_request("b", range(200, 240), max_tokens=8, ignore_eos=True))
+    schedules = []
+    for index in range(6):
+        out = scheduler.schedule(throttle_prefills=index % 3 != 0)
+        runner = ModelRunnerOutput(list(out.num_scheduled_tokens),
+                                   {r: i for i, r in enumerate(out.num_scheduled_tokens)},
+                                   [[7] if scheduler.requests[r].num_computed_tokens
+                                    >= scheduler.requests[r].num_tokens else []
+                                    for r in out.num_scheduled_tokens])
+        scheduler.update_from_output(out, runner)
+        schedules.append(scheduled(out))
+    assert schedules == [{"a": 20, "b": 12}, {"a": 1}, {"a": 1}, {"a": 1, "b": 28},
+                         {"a": 1, "b": 1}, {"a": 1, "b": 1}]
+
+
+def test_a_throttled_step_with_no_decode_running_still_prefills() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=32)
+    scheduler.add_request(make_request("a", range(100, 140), max_tokens=4))
+    assert scheduled(scheduler.schedule(throttle_prefills=True)) == {"a": 32}
+    assert scheduled(scheduler.schedule(throttle_prefills=True)) == {"a": 8}  # a prefill chunk
+
+
 def test_a_capacity_bound_engine_stops_holding_prefill() -> None:
     """Two seats: c waits behind a and b in a step free to admit, so the engine is
     capacity-bound and prefill is not held: c is admitted at step 2, the step after b finishes,

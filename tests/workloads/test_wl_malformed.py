@@ -36,6 +36,8 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "control_pause_forever.jsonl": (3, "action", "a pause with no later 'unpause'"),
     "control_preempt_on_pause.jsonl": (3, "preempt_running", "only for 'reset_prefix_cache'"),
     "control_unknown_action.jsonl": (3, "action", "got 'restart'"),
+    "data_parallel_without_interval.jsonl": (1, "config.data_parallel",
+                                             "needs prefill_schedule_interval > 1"),
     "duplicate_id.jsonl": (3, "request_id", "duplicate request id 'r1' (first on line 2)"),
     "duplicate_key.jsonl": (2, "max_tokens", "key appears twice"),
     "empty.jsonl": (1, "type", "missing header"),

@@ -101,6 +101,10 @@ def engine_configs(draw: Any) -> EngineConfig:
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
     hash_block = None if len(groups) == 1 or align else draw(
         st.sampled_from((None, None, block_size // 2)), label="hash_block_size")
+    interval = draw(st.sampled_from((1, 1, 1, 2, 3)), label="prefill_schedule_interval")
+    # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
+    # engine core (both releases).
+    data_parallel = interval > 1 and draw(st.booleans(), label="data_parallel")
     return EngineConfig(
         block_size=block_size,
         num_blocks=draw(st.integers(min_blocks, min_blocks + 40), label="num_blocks"),
@@ -122,9 +126,9 @@ def engine_configs(draw: Any) -> EngineConfig:
         async_scheduling=draw(st.booleans(), label="async"),
         hash_block_size=hash_block,
         num_lookahead_tokens=draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0,
-        prefill_schedule_interval=draw(st.sampled_from((1, 1, 1, 2, 3)),
-                                       label="prefill_schedule_interval"),
+        prefill_schedule_interval=interval,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
+        data_parallel=data_parallel,
     )
 
 

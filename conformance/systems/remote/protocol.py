@@ -94,6 +94,7 @@ METHODS: dict[str, tuple[tuple[Any, ...], Any]] = {
     "check_integrity": ((), None),
     "control": ((ControlSpec,), bool | None),
     "compile_grammar": ((str, bool), None),
+    "throttle_prefills": ((bool,), None),
     "resolve_deferred": ((int, list[tuple[str, list[int]]]), Scheduled),
 }
 """Every `System` method: argument types and return type (`update` takes the handle of the

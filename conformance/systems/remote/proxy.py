@@ -208,6 +208,9 @@ class ProxySystem:
                                        [(rid, list(d)) for rid, d in drafts])
         return result
 
+    def throttle_prefills(self, throttled: bool) -> None:
+        self._call("throttle_prefills", throttled)
+
     def compile_grammar(self, request_id: str, failed: bool) -> None:
         self._call("compile_grammar", request_id, failed)
 

@@ -13,10 +13,19 @@ from vtwin.errors import UserError
 
 
 class Upstream033System(UpstreamSystem):
-    """The 0.33 era: the 0.32 adapter unchanged so far (0.33 moved options the harness does
-    not set; its mamba manager wants cache mode 'align' with prefix caching, a twin matter)."""
+    """The 0.33 era: the 0.32 adapter but for a data-parallel rank (0.33 moved options the
+    harness does not set; its mamba manager wants cache mode 'align' with prefix caching, a
+    twin matter)."""
 
     VERSIONS = ("0.33.",)
+
+    def as_data_parallel_rank(self) -> None:
+        """0.33 applies `prefill_schedule_interval` in the engine itself unless it is a rank of
+        a data-parallel deployment, whose engine core throttles it instead: the scheduler
+        decides that from the parallel config, which a one-process oracle cannot have, so its
+        local interval is set as such a rank's is."""
+        super().as_data_parallel_rank()
+        self.scheduler.local_prefill_interval = 1
 
 
 class Upstream019System(UpstreamSystem):

@@ -131,6 +131,19 @@ class UpstreamSystem:
         self._offload = self._watch_connector()
         self._grammars: dict[str, RequestSpec] = {}  # compiles in flight (`upstream.grammar`)
         self._grammars_seen = False
+        self._throttled = False  # a DP engine core's word for the next step
+        if config.data_parallel:
+            self.as_data_parallel_rank()
+
+    def as_data_parallel_rank(self) -> None:
+        """Run as one rank of a data-parallel deployment (`EngineConfig.data_parallel`): its
+        engine core passes `throttle_prefills` to every `schedule()`."""
+        import inspect
+
+        if "throttle_prefills" not in inspect.signature(self.scheduler.schedule).parameters:
+            raise UserError(f"data_parallel: {self.name}'s scheduler takes no "
+                            "throttle_prefills (its data-parallel prefill balancing is not "
+                            "driven from the engine core)")
 
     def _watch_connector(self) -> Any:
         """The offload tier's scheduler-side manager (None: no connector, or an inert one);
@@ -242,9 +255,14 @@ class UpstreamSystem:
         return drive_control(self.scheduler, control, PauseState)
 
     # -- one step ---------------------------------------------------------------------------
+    def throttle_prefills(self, throttled: bool) -> None:
+        """A data-parallel engine core's flag for the next step (`EngineConfig.data_parallel`)."""
+        self._throttled = throttled
+
     def schedule(self) -> Scheduled:
         self._pin_none_hash()
-        out = self.scheduler.schedule()
+        out = (self.scheduler.schedule(throttle_prefills=self._throttled)
+               if self.config.data_parallel else self.scheduler.schedule())
         new = tuple(
             NewRequest(r.req_id, len(r.prompt_token_ids or ()), r.num_computed_tokens,
                        block_ids(r.block_ids))
