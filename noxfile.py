@@ -355,9 +355,12 @@ def mutation(session: nox.Session) -> None:
     mutants not judged yet or of changed functions (`-- --rerun-survivors` after new killers).
     Fails below `--target` (95%) or on a stale entry in conformance/equivalent_mutants.toml.
     `nox -s mutation -- hunt [MUTANT...]` instead searches the generated workload space for
-    what kills surviving mutants and keeps each find as a regression workload."""
+    what kills surviving mutants and keeps each find as a regression workload;
+    `nox -s mutation -- planted [NAME...]` runs the hand-planted semantic bugs
+    (conformance/mutation/semantic/*.patch) against the gate's tests, scored apart."""
     install_oracle(session)
     session.install("-e", ".[test,runner,mutation]")
-    args = session.posargs if session.posargs[:1] == ["hunt"] else ["run", *session.posargs]
+    args = (session.posargs if session.posargs[:1] in (["hunt"], ["planted"])
+            else ["run", *session.posargs])
     session.run("python", "-m", "conformance.mutation", *args, env=ORACLE_ENV)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from conformance.mutation import runs
 from conformance.mutation.equivalents import DEFAULT_PATH, classify, load_equivalents
 from conformance.mutation.hunt import main_hunt
+from conformance.mutation.planted import main_planted
 from conformance.mutation.report import judge, write_report
 from conformance.mutation.results import (
     NO_TESTS,
@@ -137,11 +138,14 @@ def report(mutants_dir: Path, source_root: Path, equivalents: Path, out: Path, t
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.mutation",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("command", choices=("run", "report", "hunt"),
+    parser.add_argument("command", choices=("run", "report", "hunt", "planted"),
                         help="run: mutmut (bounded), then the report; report: the report only; "
-                        "hunt: search workloads that kill surviving mutants")
+                        "hunt: search workloads that kill surviving mutants; planted: the "
+                        "hand-planted semantic bugs of conformance/mutation/semantic/ "
+                        "(`conformance.mutation.planted`)")
     parser.add_argument("mutants", nargs="*",
-                        help="run (or hunt) only these mutants (mutmut names, * globs)")
+                        help="run (or hunt) only these mutants (mutmut names, * globs); "
+                        "planted: only these planted bugs (patch names)")
     parser.add_argument("--examples", type=int, default=300,
                         help="hunt: workloads drawn per mutant (default 300)")
     parser.add_argument("--hunt-timeout", type=float, default=900.0,
@@ -168,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     try:
         minutes = None
+        if args.command == "planted":
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            return main_planted(args.mutants, args.out or Path(
+                "reports", "mutation", f"planted-{args.run_id or stamp}"), args.target)
         if args.command == "hunt":
             return main_hunt(args.mutants, runs.latest_report(args.out), args.mutants_dir,
                              args.examples, args.regressions, args.hunt_timeout)

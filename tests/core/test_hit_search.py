@@ -73,10 +73,10 @@ def test_a_hit_ends_on_the_alignment_counted_from_the_start() -> None:
     assert search({0, 1, 2, 3, 4}, 9, 5, alignment=12) == ([100, 101, 102], 12)
 
 
-def chunked_search(cached: set[int], max_length: int, alignment: int = 4
+def chunked_search(cached: set[int], max_length: int, alignment: int = 4, chunk: int = 8
                    ) -> tuple[list[int], int]:
-    """Chunked local attention, chunks of 8 tokens (2 blocks of 4): a hit needs only the blocks
-    of the chunk it ends in, from the chunk's start."""
+    """Chunked local attention, chunks of `chunk` tokens (8: 2 blocks of 4): a hit needs only
+    the blocks of the chunk it ends in, from the chunk's start."""
     from impl.core.chunked_local import ChunkedLocalAttentionManager
     from impl.core.specs import ChunkedLocalAttentionSpec
 
@@ -85,7 +85,7 @@ def chunked_search(cached: set[int], max_length: int, alignment: int = 4
     for index in sorted(cached):
         pool.cache_full_blocks([blocks[index]], [H[index]], 0, 1, 0, block_size=4)
     pool.free_blocks(blocks)
-    spec = ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=8)
+    spec = ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=chunk)
     hits, length = ChunkedLocalAttentionManager.find_longest_cache_hit(
         H, max_length, [0], pool, spec, alignment)
     return [0 if b.is_null else H.index(b.block_hash) + 100 for b in hits[0]], length
@@ -95,6 +95,15 @@ def test_chunked_hits_need_only_the_last_chunk() -> None:
     assert chunked_search({4, 5}, 20) == ([0, 0, 0, 0, 104], 20)
     assert chunked_search({5}, 20) == ([0, 0, 0, 0], 16)  # the chunk's first block is missing
     assert chunked_search({4, 5}, 20, alignment=8) == ([0, 0, 0, 0], 16)
+
+
+def test_a_chunked_hit_stops_at_a_hole_inside_the_chunk() -> None:
+    """Chunks of 16 tokens (4 blocks): the last chunk of a 28-token search starts at block 4.
+    Block 5 was evicted from the middle of the chunk's cached run: the hit ends at the hole,
+    and block 6 (cached, past the hole) is not taken at position 5."""
+    assert chunked_search({4, 5, 6}, 28, chunk=16) == ([0, 0, 0, 0, 104, 105, 106], 28)
+    assert chunked_search({4, 6}, 28, chunk=16) == ([0, 0, 0, 0, 104], 20)
+    assert chunked_search({6}, 28, chunk=16) == ([0, 0, 0, 0], 16)
 
 
 def mamba_search(cached: set[int], num_blocks: int, alignment: int = 4) -> tuple[list[int], int]:
@@ -167,3 +176,29 @@ def test_sparse_retention_keeps_only_the_tail_before_the_replay_boundary() -> No
     # aligned to the block alone, 47 tokens replay to 44 (block 11): blocks 9 and 10
     window.cache_hit_alignment = 4
     assert window.reachable_block_mask(8, 13, 47) == [False, True, True, False, False]
+
+
+def test_a_hybrid_hit_shortened_by_a_later_group_is_searched_again() -> None:
+    """Full attention, a sliding window of 8 tokens and mamba ('all'), blocks of 4, a 25-token
+    prompt (a hit of at most 24). Full attention has every block cached, the window only blocks
+    4 and 5, mamba a state only at block 3. Mamba cuts the hit to 16 tokens, where the window
+    would need blocks 2 and 3: searched again at 16 it has none, so there is no hit at all. (Cut
+    to 16 without a second search, the window's blocks would all be null: a hit of 16 tokens
+    with nothing in the window.)"""
+    from impl.core.specs import FullAttentionSpec, MambaSpec
+    from tests.core.helpers import make_manager, make_request
+
+    manager = make_manager(64, FullAttentionSpec(block_size=4),
+                           SlidingWindowSpec(block_size=4, sliding_window=8),
+                           MambaSpec(block_size=4, mamba_cache_mode="all"))
+    request = make_request("r", range(100, 125))
+    hashes = request.block_hashes
+    pool = manager.block_pool
+    for group, positions in ((0, range(6)), (1, (4, 5)), (2, (3,))):
+        for position in positions:
+            (block,) = pool.get_new_blocks(1)
+            pool.cache_full_blocks([block], [hashes[position]], 0, 1, group, block_size=4)
+            pool.free_blocks([block])
+    hits, length = manager.coordinator.find_longest_cache_hit(request, 24)
+    assert length == 0 and all(len(group_hits) == 0 for group_hits in hits)
+    pool.check_integrity({})

@@ -76,6 +76,17 @@ def test_group_size_takes_the_largest_count_below_one_and_a_half() -> None:
     assert plan.bytes_per_block == 13 * 65536
 
 
+@pytest.mark.parametrize(("counts", "size"), [((2, 3), 2), ((2, 2), 2), ((3, 4), 4),
+                                               ((10, 14), 14), ((10, 15), 10), ((1, 7), 1)])
+def test_group_size_at_and_around_the_one_and_a_half_boundary(counts: tuple[int, int],
+                                                              size: int) -> None:
+    """The largest count only when strictly under 1.5 times the smallest: 2:3 layers (exactly
+    1.5) group by the smallest, as upstream's planner does."""
+    from impl.plan.grouping import group_size
+
+    assert group_size(counts) == size
+
+
 def test_seed_case_4_jamba_block_grows_and_mamba_pads() -> None:
     """One attention : seven mamba. A state is 8192*3*2 + 8192*16*2 = 311296 B; a token 4096 B:
     the block grows in steps of 16 tokens to 16 * ceil(311296 / 65536) = 80, mamba pads to it."""

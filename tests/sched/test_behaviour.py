@@ -225,6 +225,20 @@ def test_a_throttled_step_with_no_decode_running_still_prefills() -> None:
     assert scheduled(scheduler.schedule(throttle_prefills=True)) == {"a": 8}  # a prefill chunk
 
 
+def test_a_throttled_step_of_a_capacity_bound_engine_still_prefills() -> None:
+    """The DP engine core's throttle keeps the local cadence's escapes: a capacity-bound engine
+    (its last free step left requests waiting) and one with nothing decoding are not held."""
+    from impl.sched.prefill_cadence import PrefillCadence
+
+    cadence = PrefillCadence(1)
+    decoding = [make_request("d", range(10))]  # not a prefill chunk: it decodes
+    assert cadence.holds_prefill(decoding, throttled=True)
+    assert not cadence.holds_prefill(decoding, throttled=False)
+    assert not cadence.holds_prefill([], throttled=True)
+    cadence.admission_done(num_still_waiting=2)
+    assert not cadence.holds_prefill(decoding, throttled=True)
+
+
 def test_a_capacity_bound_engine_stops_holding_prefill() -> None:
     """Two seats: c waits behind a and b in a step free to admit, so the engine is
     capacity-bound and prefill is not held: c is admitted at step 2, the step after b finishes,
