@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from conformance.paths import REPO_ROOT, SEMANTIC_MUTANTS_DIR
 from vtwin.errors import UserError
 
-SEMANTIC_DIR = Path(__file__).resolve().parent / "semantic"
-REPO = Path(__file__).resolve().parents[2]
+SEMANTIC_DIR = SEMANTIC_MUTANTS_DIR
+REPO = REPO_ROOT
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("unit", ("tests",)),
