@@ -109,10 +109,11 @@ def apply(planted: Planted, root: Path) -> bool:
 
 
 def run_stage(root: Path, tests: Sequence[str], env: dict[str, str],
-              timeout: float) -> str | None:
-    """The first failing test of `tests` in `root` (None: all passed)."""
+              timeout: float, workers: int = 2) -> str | None:
+    """The first failing test of `tests` in `root` (None: all passed), on `workers` pytest
+    workers (0: in one process)."""
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               "-n", "2", *tests]
+               *(["-n", str(workers)] if workers else []), *tests]
     try:
         done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
                               timeout=timeout)
@@ -125,7 +126,7 @@ def run_stage(root: Path, tests: Sequence[str], env: dict[str, str],
 
 
 def judge(planted: Planted, stages: Sequence[tuple[str, Sequence[str]]] = STAGES,
-          timeout: float = 1800.0) -> Verdict:
+          timeout: float = 1800.0, workers: int = 2) -> Verdict:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"vtwin-planted-{planted.name}-") as tmp:
         root = scratch_copy(Path(tmp))
@@ -135,7 +136,7 @@ def judge(planted: Planted, stages: Sequence[tuple[str, Sequence[str]]] = STAGES
                "VTWIN_HEARTBEAT_SECONDS": "0"}
         env.pop("HYPOTHESIS_PROFILE", None)  # CI's default profile: random examples
         for stage, tests in stages:
-            killer = run_stage(root, tests, env, timeout)
+            killer = run_stage(root, tests, env, timeout, workers)
             if killer is not None:
                 verdict = "killed" if _passes_unpatched(killer, env, timeout) else "error"
                 return Verdict(planted.name, planted.about, verdict, stage, killer,
@@ -152,7 +153,7 @@ def _passes_unpatched(killer: str, env: dict[str, str], timeout: float) -> bool:
     with tempfile.TemporaryDirectory(prefix="vtwin-planted-control-") as tmp:
         root = scratch_copy(Path(tmp))
         clean = {**env, "PYTHONPATH": str(root)}
-        return run_stage(root, [killer], clean, timeout) is None
+        return run_stage(root, [killer], clean, timeout, workers=0) is None
 
 
 def write_report(verdicts: Sequence[Verdict], out: Path) -> Path:

@@ -40,7 +40,7 @@ def _revert(planted: Planted, root: Path) -> bool:
 
 def test_a_planted_bug_is_killed_by_the_first_failing_test() -> None:
     (planted,) = load_planted(["pooling-keeps-a-token-slot"])
-    verdict = judge(planted, POOLING_TESTS, timeout=300)
+    verdict = judge(planted, POOLING_TESTS, timeout=300, workers=0)
     assert verdict.verdict == "killed" and verdict.stage == "unit"
     assert verdict.killer is not None and "test_pooling.py::" in verdict.killer
 
@@ -52,7 +52,7 @@ def test_a_bug_no_test_sees_survives_and_a_moved_one_is_stale(tmp_path: Path) ->
         '+# planted: nothing changes\n'
         ' """Structured output as the scheduler sees it: a request\'s grammar, compiled in the '
         'background.\n'))
-    assert judge(harmless, POOLING_TESTS, timeout=300).verdict == "survived"
+    assert judge(harmless, POOLING_TESTS, timeout=300, workers=0).verdict == "survived"
     moved = Planted("moved", "context gone", (
         "--- a/impl/sched/grammar.py\n+++ b/impl/sched/grammar.py\n"
         "@@ -1,1 +1,1 @@\n-no such line\n+something\n"))
