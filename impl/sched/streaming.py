@@ -62,14 +62,12 @@ class StreamingSessions(SchedulerState):
         session.status = RequestStatus.WAITING
 
     def _enqueue_waiting_request(self, request: Request) -> None:
-        """Back to a waiting queue: `kv_holding_waiting` if it holds blocks; a session waiting
-        for input counts as skipped by admission."""
+        """Back to `kv_holding_waiting`: a session after a turn holds the blocks of what it
+        computed (at least its first part's prompt); one waiting for input counts as skipped by
+        admission."""
         if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
             self.deferred_waiting.add(request.request_id)
-        if request.num_computed_tokens > 0:
-            self.kv_holding_waiting.add_request(request)
-        else:
-            self.waiting.add_request(request)
+        self.kv_holding_waiting.add_request(request)
 
     def _add_to_session(self, session: Request, part: Request) -> bool:
         """`part` arrived under a known id: the session's next input (or its close, queued

@@ -156,3 +156,23 @@ def test_integrity_catches_a_lost_waiting_session_count() -> None:
     s.num_waiting_for_streaming_input = 0
     with pytest.raises(IntegrityError, match="sessions wait for input"):
         s.check_integrity()
+
+
+@pytest.mark.parametrize("while_running", [False, True])
+def test_a_continuing_session_takes_its_parts_arrival_time(while_running: bool) -> None:
+    """A part continues the session as a request that arrived when the part did (what the
+    priority policy orders equal priorities by), whether the session waited for it or the
+    part was queued during the turn."""
+    s = make_scheduler()
+    s.add_request(session("s", range(100, 140), max_tokens=3))
+    if while_running:
+        step(s)
+        s.add_request(make_request("s", [50, 51], max_tokens=2, resumable=True,
+                                   arrival_time=7.0))
+        run_turn(s, 2)
+    else:
+        run_turn(s, 3)
+        s.add_request(make_request("s", [50, 51], max_tokens=2, resumable=True,
+                                   arrival_time=7.0))
+    assert s.requests["s"].status == RequestStatus.WAITING
+    assert s.requests["s"].arrival_time == 7.0

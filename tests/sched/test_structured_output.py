@@ -87,6 +87,7 @@ def test_no_bitmask_without_a_scheduled_grammar_request() -> None:
     ([11, 99, 13], [11]),  # stops at the first rejected token, even if later ones fit
     ([EOS, 12, 13], [EOS, 12, 13]),  # ending tokens are accepted
     ([50, 12, 13], []),
+    ([19, 20, 12], [19]),  # the range is half-open: 20 is out
 ])
 def test_drafts_are_trimmed_at_the_first_token_the_grammar_rejects(drafts: list[int],
                                                                    kept: list[int]) -> None:
@@ -102,6 +103,17 @@ def test_drafts_are_trimmed_at_the_first_token_the_grammar_rejects(drafts: list[
 
 def test_padding_ends_the_drafts_the_bitmask_covers() -> None:
     assert Grammar(0, 100).valid_prefix([5, -1, 6]) == [5]
+    assert Grammar(0, 100).valid_prefix([0, 5]) == [0, 5]  # token 0 is a token, not padding
+
+
+def test_a_draft_of_token_zero_is_covered_by_the_bitmask() -> None:
+    s = make_scheduler(num_spec_tokens=3)
+    s.add_request(make_request("g", range(100, 104), grammar=Grammar(0, 20, (EOS,),
+                                                                     GrammarState.READY)))
+    step(s, lambda _: [11])
+    s.update_draft_token_ids(DraftTokenIds(["g"], [[0, 1, 99]]))
+    out = s.schedule()
+    assert s.get_grammar_bitmask(out) == GrammarOutput(("g",), (2,))
 
 
 def test_integrity_catches_a_grammar_request_not_counted_as_skipped() -> None:
@@ -128,7 +140,9 @@ def test_async_deferred_drafts_are_trimmed_padded_and_counted_invalid() -> None:
     s.add_request(make_request("plain", range(200, 204)))
     s.schedule()
     out = s.schedule()
-    drafts = DraftTokenIds(["g", "plain", "gone"], [[11, 99, 12, 13], [5, 6, 7], [1, 2, 3]])
+    s.add_request(make_request("new", range(400, 440)))  # a prefill chunk: no placeholders
+    drafts = DraftTokenIds(["gone", "new", "g", "plain"],
+                           [[1, 2, 3], [4, 4, 4], [11, 99, 12, 13], [5, 6, 7]])
     s.update_draft_token_ids_in_output(drafts, out)
     # Cut to the three scheduled, trimmed at 99, padded back; plain requests keep theirs.
     assert out.scheduled_spec_decode_tokens == {"g": [11, -1, -1], "plain": [5, 6, 7]}
