@@ -22,18 +22,10 @@ from workloads.model import RequestSpec, Workload
 from workloads.streaming import StreamChunk
 
 
-def _hybrid(workload: Workload) -> bool:
-    """A hybrid model (a sliding-window or mamba group beside full attention): whether a
-    session's next part is admitted there diverges from upstream 0.32.0, a known divergence
-    not fixed yet (conformance/regressions/pending/session-*.jsonl); sessions on hybrid models
-    stay out of the space until it is."""
-    return len(workload.config.kv_cache_groups) > 1
-
-
 @st.composite
 def streaming_workloads(draw: Any, max_requests: int = 8) -> Workload:
     workload: Workload = draw(workloads(max_requests).filter(
-        lambda w: not w.config.async_scheduling and not _hybrid(w)))
+        lambda w: not w.config.async_scheduling))
     config = workload.config
     requests: list[RequestSpec] = []
     for request in workload.requests:
