@@ -181,6 +181,16 @@ class KVCacheManager:
         num_tokens_main = total_computed + num_new_tokens
         num_tokens_need_slot = min(num_tokens_main + num_lookahead_tokens, self.max_model_len)
 
+        if full_sequence_must_fit:
+            # The admission gate counts the pool as it stands: blocks the request still holds
+            # outside its window are not given back first, so a waiting session that
+            # continues must fit beside them.
+            num_full = coordinator.get_num_blocks_to_allocate(
+                request.request_id, min(request.num_tokens, self.max_model_len), computed,
+                total_computed, apply_admission_cap=True,
+            )
+            if num_full > self.block_pool.get_num_free_blocks():
+                return None
         # Free what the request no longer needs before counting what it must get; tokens of an
         # in-flight step (async scheduling) do not count as processed yet.
         coordinator.remove_skipped_blocks(
@@ -189,16 +199,8 @@ class KVCacheManager:
             request.request_id, num_tokens_need_slot, computed, total_computed,
             num_tokens_main=num_tokens_main,
         )
-        free = self.block_pool.get_num_free_blocks()
-        if num_to_allocate > free - reserved_blocks:
+        if num_to_allocate > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
-        if full_sequence_must_fit:
-            num_full = coordinator.get_num_blocks_to_allocate(
-                request.request_id, min(request.num_tokens, self.max_model_len), computed,
-                total_computed, apply_admission_cap=True,
-            )
-            if num_full > free:
-                return None
         if any(computed) or request.request_id not in coordinator.managers[0].num_cached_block:
             coordinator.add_computed_blocks(request.request_id, computed, total_computed)
             if num_external_computed_tokens > 0:

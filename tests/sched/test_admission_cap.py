@@ -77,3 +77,30 @@ def test_the_cap_is_for_the_admission_gate_only_not_the_allocation() -> None:
     request = Request("b", range(1000, 1097), block_hasher=hasher)
     assert manager.allocate_slots(request, 97) is None
     assert manager.block_pool.get_num_free_blocks() == 13
+
+
+def test_the_gate_counts_the_pool_before_out_of_window_blocks_are_given_back() -> None:
+    """A waiting request that already holds blocks (a streaming session whose next part
+    arrived) passes the full-sequence gate only if the pool as it stands can hold what the
+    whole sequence still needs; the blocks it holds outside its window are given back after
+    the gate, not before. Regressions: `conformance/regressions/session-*-part*.jsonl`."""
+    groups = (KVCacheGroupSpec(("full",), FullAttentionSpec(block_size=16)),
+              KVCacheGroupSpec(("window",), SlidingWindowSpec(block_size=16, sliding_window=8)))
+    manager = KVCacheManager(KVCacheConfig(16, groups), max_model_len=256,
+                             enable_caching=False, log_stats=False,
+                             enable_kv_cache_events=False, max_in_flight_tokens=256)
+    hasher = RequestBlockHasher(16, "sha256", make_none_hash("sha256", "0"))
+    request = Request("s", range(1000, 1123), block_hasher=hasher)  # 111 computed + 12 new
+    assert manager.allocate_slots(request, 111) is not None
+    request.num_computed_tokens = 111
+    assert manager.block_pool.get_num_free_blocks() == 1
+    # The whole sequence needs one more block per group: 2 > 1 free, refused; the six blocks
+    # now outside the window are still held (freeing them first would leave 7 free).
+    assert manager.allocate_slots(request, 12, full_sequence_must_fit=True) is None
+    assert manager.get_block_ids("s") == ([1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14])
+    assert manager.block_pool.get_num_free_blocks() == 1
+    manager.check_integrity()
+    # Without the gate (a running request) they are given back first and the part fits.
+    blocks = manager.allocate_slots(request, 12)
+    assert blocks is not None and blocks.get_block_ids() == ([13], [12])
+    assert manager.get_block_ids("s") == ([1, 2, 3, 4, 5, 6, 7, 13], [0, 0, 0, 0, 0, 0, 14, 12])
