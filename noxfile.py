@@ -77,7 +77,8 @@ def ci(session: nox.Session) -> None:
     if not session.posargs:
         session.notify("docs", ["--check"])
     install_oracle(session)
-    session.install("-e", ".[test,runner,campaign]")  # campaign: Ray, for test_campaign_ray
+    # campaign: Ray, for test_campaign_ray; mutation: mutmut, for the verdict store's real run
+    session.install("-e", ".[test,runner,campaign,mutation]")
     # Two workers (the machine's two cores); Hypothesis examples are random per run, with the
     # run seed in the header and failures replayed first from .hypothesis/examples.
     session.run("pytest", "-n", "2", "tests", "conformance/tests", *session.posargs,
@@ -353,6 +354,8 @@ def mutation(session: nox.Session) -> None:
     `nox -s mutation -- --max-minutes 60` stops launching mutants after 60 minutes (the rest are
     reported as not run), and verdicts are cached in mutants/ so the next run tests only the
     mutants not judged yet or of changed functions (`-- --rerun-survivors` after new killers).
+    Verdicts are kept in conformance/mutation/verdicts.jsonl (restored before, written after
+    each run; commit it) so a fresh clone starts from them; `-- --no-store` runs without.
     Fails below `--target` (95%) or on a stale entry in conformance/equivalent_mutants.toml.
     `nox -s mutation -- hunt [MUTANT...]` instead searches the generated workload space for
     what kills surviving mutants and keeps each find as a regression workload;

@@ -11,6 +11,8 @@
 - `runs`: a directory per run under `reports/mutation/`, `latest` and the index of runs.
 - `sync`: before each run, refreshes mutmut's copies of non-Python files (C sources, stubs)
   and removes copies whose source is gone, which mutmut itself never does.
+- `store`: the verdicts kept in the repository (`verdicts.jsonl`), restored into `mutants/`
+  before a run and written back after it, so a fresh clone does not start over.
 - `run`: the CLI (`python -m conformance.mutation run --max-minutes 60`).
 
 Why mutmut 3 and not our own mutator: it forks one worker per mutant from a process that has

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-KILLERS_FILE = "mutmut-killers.jsonl"
+from conformance.mutation.results import KILLERS_FILE
+
 STATS_FILE = "mutmut-stats.json"
 # Values mutmut puts in MUTANT_UNDER_TEST that name no mutant.
 _NOT_A_MUTANT = {"", "fail", "stats", "list_all_tests", "mutant_generation"}

@@ -34,6 +34,7 @@ _STATUS_BY_EXIT: dict[int | None, str] = {
     255: TIMEOUT,
 }
 SEP = "ǁ"
+KILLERS_FILE = "mutmut-killers.jsonl"  # written by `plugin`, one JSON record per kill
 _NAME = re.compile(r"^(?P<module>[\w.]+?)\.(?P<mangled>x(?:_|ǁ)[^.]+)__mutmut_(?P<n>\d+)$")
 
 
@@ -151,7 +152,7 @@ class _MutantFile:
 def read_killers(mutants_dir: Path) -> dict[str, str]:
     """The last recorded first failure per mutant (a rerun overwrites an older verdict)."""
     killers: dict[str, str] = {}
-    path = mutants_dir / "mutmut-killers.jsonl"
+    path = mutants_dir / KILLERS_FILE
     if not path.is_file():
         return killers
     seen: set[str] = set()

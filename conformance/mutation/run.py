@@ -1,12 +1,15 @@
 """`python -m conformance.mutation run|report|hunt`: a bounded mutmut run, then the report
 (`hunt`: search for workloads that kill surviving mutants, see `conformance.mutation.hunt`).
 
-`run --max-minutes N` starts `mutmut run` and, N minutes later, interrupts it (SIGINT: mutmut
-stops its workers and keeps every verdict it has; the mutants it did not reach stay "not run"
-and are reported as such). mutmut caches verdicts in `mutants/` with a hash per function, so
-the next run tests only mutants it has not judged yet or whose function changed
-(`--rerun-survivors` also retests the survivors: after new killer tests). The killer
-tests and options are `[tool.mutmut]` in pyproject.toml; the oracle's environment is set here.
+Before `mutmut run`, the verdicts kept in the repository (`conformance/mutation/store.py`) are
+restored into `mutants/` where this machine has none, and written back after it, so a fresh
+clone starts where the last committed run ended. `run --max-minutes N` starts `mutmut run` and,
+N minutes later, interrupts it (SIGINT: mutmut stops its workers and keeps every verdict it
+has; the mutants it did not reach stay "not run" and are reported as such). mutmut caches
+verdicts in `mutants/` with a hash per function, so the next run tests only mutants it has not
+judged yet or whose function changed (`--rerun-survivors` also retests the survivors: after
+new killer tests). The killer tests and options are `[tool.mutmut]` in pyproject.toml; the
+oracle's environment is set here.
 Exit status: 0 when the score reaches `--target` and no equivalent-mutant entry is stale.
 """
 
@@ -35,6 +38,7 @@ from conformance.mutation.results import (
     read_mutants,
     status_of,
 )
+from conformance.mutation.store import STORE_PATH, restore, save
 from conformance.mutation.sync import source_paths, sync_copies
 from conformance.paths import REGRESSIONS_DIR
 from vtwin.errors import UserError
@@ -169,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="name of the run directory (default: UTC time and command); an "
                              "existing run is never overwritten")
     parser.add_argument("--mutants-dir", type=Path, default=Path("mutants"))
+    parser.add_argument("--no-store", action="store_true",
+                        help=f"run: neither restore verdicts from {STORE_PATH} nor write "
+                        "them back (a run from scratch, or on an experiment)")
     args = parser.parse_intermixed_args(argv)
     try:
         minutes = None
@@ -190,11 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 synced = sync_copies(args.mutants_dir, Path("."),
                                      source_paths(Path("pyproject.toml")))
                 print(synced.line())
+                if not args.no_store:
+                    print(restore(args.mutants_dir, Path(".")).line())
                 if args.rerun_survivors:
                     count = reset_survivors(args.mutants_dir, args.equivalents)
                     print(f"mutation: {count} survivors to test again")
                 minutes = run_mutmut(args.max_minutes, args.max_children, args.mutants)
                 record_run(args.mutants_dir, minutes)
+                if not args.no_store:
+                    count = save(args.mutants_dir, Path("."), args.equivalents)
+                    print(f"mutation: {count} verdicts kept in {STORE_PATH} (commit it to "
+                          "share them with the next machine)")
             ok = report(args.mutants_dir, Path("."), args.equivalents, out, args.target,
                         minutes)
         finally:
