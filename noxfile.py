@@ -155,7 +155,7 @@ def compiled_suite(session: nox.Session,
                 "conformance/tests/test_hash_differential.py", "tests/core/test_token_runs.py",
                 "tests/core/test_blockhash_native.py", "tests/core/test_prefetch_native.py",
                 "tests/core/test_free_queue.py",
-                "tests/core/test_block_pool.py",
+                "tests/core/test_block_pool.py", "tests/core/test_block_states.py",
                 env={**ORACLE_ENV, "VTWIN_COMPILED": "1"})
 
 

@@ -51,3 +51,9 @@ class SystemBuildFailed(UserError):
         super().__init__(f"{system} could not be built: {reason}")
         self.system = system
         self.reason = reason
+
+
+class HarnessError(RuntimeError):
+    """The harness's own observation of a system failed (not the system, not the input):
+    a kept view of upstream's state that a full walk disagrees with, say. Ends the run with an
+    error naming the harness module to fix; never reported as a divergence."""

@@ -23,6 +23,7 @@ from vtwin.errors import UserError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from conformance.bench.connector_cost import LockstepTiming
     from conformance.bench.dropin import DropInTiming
     from conformance.bench.dropin_fake import FakeRunnerTiming
     from conformance.bench.quick import QuickRun
@@ -66,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "then with the twin as scheduler_cls: tokens/s, schedule + update "
                              "ms per step and its share of the step; then the same two on the "
                              "fake runner (a stub model, the bundled mooncake replay)")
+    parser.add_argument("--connector", action="store_true",
+                        help="what a KV connector costs the harness: a lockstep conformance "
+                             "run of the first 300 Mooncake requests (9,000 GPU blocks) "
+                             "without and with an eager 40,000-block CPU tier, in steps/s "
+                             "(target: with >= 50%% of without)")
     parser.add_argument("--systems", default="impl,upstream", metavar="LIST",
                         help="with --trace: the systems, in order (default impl,upstream; "
                              "'dropin': the twin behind upstream's scheduler interface, the "
@@ -92,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         return run_trace(args)
     if args.dropin:
         return run_dropin(args)
+    if args.connector:
+        return run_connector_cost(args)
     if args.list:
         cases, left_out = all_cases()
         for case in select(cases, args.only):
@@ -150,8 +158,8 @@ def run_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _emit(timings: Sequence[TraceTiming | DropInTiming | FakeRunnerTiming], ratio: str | None,
-          json_path: Path | None) -> None:
+def _emit(timings: Sequence[TraceTiming | DropInTiming | FakeRunnerTiming | LockstepTiming],
+          ratio: str | None, json_path: Path | None) -> None:
     """One line per timing, then the ratio line; the records as JSON when asked."""
     import json
 
@@ -187,6 +195,20 @@ def run_dropin(args: argparse.Namespace) -> int:
         f"schedule + update {fake_impl.sched_ms_per_step / fake_upstream.sched_ms_per_step:.3f}"
         f", step {fake_impl.step_ms / fake_upstream.step_ms:.3f}"), args.json)
     return 0
+
+
+def run_connector_cost(args: argparse.Namespace) -> int:
+    """`--connector`: the lockstep run without and with the CPU tier; 1 below the target."""
+    from conformance.bench.connector_cost import time_connector_cost
+    from conformance.bench.quick import upstream_available
+    from conformance.rundirs import check_output_file
+
+    if not upstream_available():
+        raise UserError("upstream vLLM is not installed: the lockstep run compares against it")
+    check_output_file(args.json, "--json")
+    cost = time_connector_cost()
+    _emit([cost.without, cost.with_connector], cost.line(), args.json)
+    return 0 if cost.met else 1
 
 
 def check_arguments(args: argparse.Namespace) -> None:

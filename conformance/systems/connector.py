@@ -32,11 +32,13 @@ def transfers_of(meta: Any) -> Transfers | None:
 
 
 def pool_counts(pool: Any) -> BlockCounts:
-    """(active, cached, empty) of a block pool, the null block left out; `_block_hash` on
-    upstream's blocks, `block_hash` on the twin's."""
+    """(active, cached, empty) of a block pool by a walk, the null block left out (a one-off
+    check; a run keeps the counts as the pools change). `_block_hash` on upstream's blocks,
+    `block_hash` on the twin's."""
     free = pool.get_num_free_blocks()
+    field = "_block_hash" if hasattr(pool.blocks[0], "_block_hash") else "block_hash"
     cached = sum(1 for b in pool.blocks if b.ref_cnt == 0 and not b.is_null
-                 and getattr(b, "_block_hash", getattr(b, "block_hash", None)) is not None)
+                 and getattr(b, field) is not None)
     return BlockCounts(len(pool.blocks) - 1 - free, cached, free - cached)
 
 

@@ -20,7 +20,6 @@ from conformance.kv.systems import impl_spec
 from conformance.systems.connector import (
     impl_connector_output,
     offload_settings,
-    pool_counts,
     transfers_of,
 )
 from conformance.systems.controls import drive_control
@@ -135,6 +134,11 @@ class ImplSystem:
         none_hash = none_hash_from_env(config.hash_algo)
         self.none_hash = bytes(none_hash).hex()
         self.scheduler: Any = build_impl_scheduler(config, none_hash, release)
+        # Counts, cached ids and integrity checks at the cost of what a step changed, not of
+        # the pools' size (`impl.core.block_states`; issue 31).
+        self.scheduler.kv_cache_manager.block_pool.track_changes()
+        if self.scheduler.connector is not None:
+            self.scheduler.connector.cpu_block_pool.track_changes()
         if release is not None:
             self.name = f"impl=={release}"
         self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
@@ -282,20 +286,18 @@ class ImplSystem:
     def state(self) -> SystemState:
         s = self.scheduler
         pool = s.kv_cache_manager.block_pool
-        free = pool.get_num_free_blocks()
-        cached = tuple(b.block_id for b in pool.blocks
-                       if b.ref_cnt == 0 and b.block_hash is not None)
         waiting = [r.request_id for r in s.kv_holding_waiting]
         waiting += [r.request_id for r in s.waiting]
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
-            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            blocks=BlockCounts(*pool.count_states()),
             free_head=tuple(b.block_id for b in islice(pool.free_block_queue, FREE_HEAD)),
-            cached_ids=cached,
+            cached_ids=pool.cached_block_ids(),
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
-            cpu_blocks=None if s.connector is None else pool_counts(s.connector.cpu_block_pool),
+            cpu_blocks=None if s.connector is None
+            else BlockCounts(*s.connector.cpu_block_pool.count_states()),
             encoder_cache=None if self.config.multimodal is None else EncoderCacheCounts(
                 s.encoder_cache.num_free_slots, s.encoder_cache.num_freeable_slots,
                 tuple(sorted(s.encoder_cache.cached))),

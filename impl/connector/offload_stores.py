@@ -229,9 +229,7 @@ class OffloadStores:
             block_hash = source.block_hash
             if block_hash is None or cpu_block.block_hash == block_hash:
                 continue
-            cpu_block.block_hash = block_hash
-            cpu_block.hash_group_id = source.hash_group_id
-            cpu.hash_map(source.hash_group_id).insert(block_hash, cpu_block)
+            cpu.index_block(cpu_block, block_hash, source.hash_group_id)
         cpu.free_blocks(cpu_blocks)
         gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
         if self.lazy:

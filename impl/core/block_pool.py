@@ -13,9 +13,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from impl.core.block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from impl.core.block_states import (
+    ACTIVE,
+    CACHED,
+    EMPTY,
+    BlockStateTracker,
+    check_changed_blocks,
+    check_whole_pool,
+)
 from impl.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from impl.core.hash_map import BlockHashToBlockMap
-from vtwin.errors import IntegrityError, require
 
 NULL_BLOCK_REF_CNT = 1 << 62
 
@@ -67,6 +74,26 @@ class BlockPool:
         self._hash_maps: list[BlockHashToBlockMap | None] = []
         self.enable_kv_cache_events = enable_kv_cache_events
         self.kv_event_queue: list[KVCacheEvent] = []
+        # Blocks changed since the tracker last looked (None: nobody tracks; see
+        # `track_changes`). Appended once per call, never per block, on the hot paths.
+        self.changed: list[KVCacheBlock] | None = None
+        self.tracker: BlockStateTracker | None = None
+
+    def track_changes(self, full_walk_every: int | None = None) -> BlockStateTracker:
+        """Keep every block's state as the pool changes (`impl.core.block_states`): counts,
+        cached ids and integrity checks then cost what changed, not the pool's size."""
+        if self.tracker is None:
+            self.tracker = (BlockStateTracker(self.blocks) if full_walk_every is None
+                            else BlockStateTracker(self.blocks, full_walk_every))
+            self.changed = []
+        return self.tracker
+
+    def _refreshed(self) -> BlockStateTracker | None:
+        tracker, changed = self.tracker, self.changed
+        if tracker is not None and changed is not None and changed:
+            tracker.refresh(changed)
+            self.changed = []
+        return tracker
 
     # -- prefix-cache lookups -------------------------------------------------------------
     def hash_map(self, group_id: int) -> BlockHashToBlockMap:
@@ -81,12 +108,12 @@ class BlockPool:
             hash_map = maps[group_id] = BlockHashToBlockMap()
         return hash_map
 
-    def _existing_map(self, group_id: int) -> BlockHashToBlockMap | None:
+    def existing_map(self, group_id: int) -> BlockHashToBlockMap | None:
         """Group `group_id`'s index, or None while that group has cached nothing."""
         maps = self._hash_maps
         return maps[group_id] if 0 <= group_id < len(maps) else None
 
-    def _maps_by_group(self) -> list[tuple[int, BlockHashToBlockMap]]:
+    def maps_by_group(self) -> list[tuple[int, BlockHashToBlockMap]]:
         return [(group_id, hash_map) for group_id, hash_map in enumerate(self._hash_maps)
                 if hash_map is not None]
 
@@ -96,7 +123,7 @@ class BlockPool:
         """One cached block per group for `block_hash`, or None if any group misses."""
         found = []
         for group_id in kv_cache_group_ids:
-            hash_map = self._existing_map(group_id)
+            hash_map = self.existing_map(group_id)
             block = hash_map.get_one_block(block_hash) if hash_map is not None else None
             if block is None:
                 return None
@@ -143,6 +170,8 @@ class BlockPool:
             block.hash_group_id = group_id
             hash_map.insert(block_hash, block)
             stored.append(block_hash)
+            if self.changed is not None:
+                self.changed.append(block)
         # One event per call, even when every new block was skipped (null or masked): the
         # event still says which token range the group has now processed.
         if self.enable_kv_cache_events:
@@ -174,6 +203,8 @@ class BlockPool:
                 block.extra_hashes is not None and block_hash in block.extra_hashes):
             return  # already findable under this hash
         hash_map = self.hash_map(group_id)
+        if self.changed is not None:
+            self.changed.append(block)
         if block.block_hash is None:
             block.block_hash = block_hash
             block.hash_group_id = group_id
@@ -189,6 +220,15 @@ class BlockPool:
                 group_id=group_id,
             ))
 
+    def index_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int) -> None:
+        """Give a block without a hash `block_hash` and index it (no event: a CPU copy takes
+        its GPU source's hash when the store completes)."""
+        block.block_hash = block_hash
+        block.hash_group_id = group_id
+        self.hash_map(group_id).insert(block_hash, block)
+        if self.changed is not None:
+            self.changed.append(block)
+
     # -- allocation -----------------------------------------------------------------------
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Pop `num_blocks` from the head of the free queue, evicting cached content."""
@@ -198,6 +238,8 @@ class BlockPool:
                 f"({self.free_block_queue.num_free_blocks} free)"
             )
         blocks = self.free_block_queue.popleft_n(num_blocks)
+        if self.changed is not None:
+            self.changed.extend(blocks)
         if self.enable_caching:
             for block in blocks:
                 if block.block_hash is not None:
@@ -217,10 +259,12 @@ class BlockPool:
         block_hash = block.block_hash
         if block_hash is None:
             return
+        if self.changed is not None:
+            self.changed.append(block)
         group_id = block.hash_group_id
         extra_hashes = block.extra_hashes
         block.reset_hash()
-        hash_map = self._existing_map(group_id)
+        hash_map = self.existing_map(group_id)
         if hash_map is None:
             return
         if extra_hashes is None:  # the common case: one key, one event
@@ -239,6 +283,8 @@ class BlockPool:
         """Take a reference on prefix-hit blocks, pulling free ones out of the free queue."""
         queue = self.free_block_queue
         batch = _as_list(blocks)
+        if self.changed is not None:
+            self.changed.extend(batch)
         for index in range(len(batch)):
             if PREFETCH is not None and index % PREFETCH_AHEAD == 0:  # this stretch and the next
                 PREFETCH(batch, index + PREFETCH_AHEAD if index else 0, index + 2 * PREFETCH_AHEAD)
@@ -257,6 +303,8 @@ class BlockPool:
         hashed: list[KVCacheBlock] = []
         unhashed: list[KVCacheBlock] = []
         batch = _as_list(ordered_blocks)
+        if self.changed is not None:
+            self.changed.extend(batch)
         for index in range(len(batch)):
             if PREFETCH is not None and index % PREFETCH_AHEAD == 0:  # this stretch and the next
                 PREFETCH(batch, index + PREFETCH_AHEAD if index else 0, index + 2 * PREFETCH_AHEAD)
@@ -286,6 +334,8 @@ class BlockPool:
         self._hash_maps.clear()
         for block in self.blocks:
             block.reset_hash()
+        if self.changed is not None:
+            self.changed.extend(self.blocks)
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(AllBlocksCleared())
         return True
@@ -295,7 +345,7 @@ class BlockPool:
         return self.free_block_queue.num_free_blocks
 
     def get_num_cached_blocks(self) -> int:
-        return sum(len(hash_map) for _, hash_map in self._maps_by_group())
+        return sum(len(hash_map) for _, hash_map in self.maps_by_group())
 
     def get_usage(self) -> float:
         usable = self.num_gpu_blocks - 1
@@ -308,13 +358,28 @@ class BlockPool:
         return events
 
     def cached_hashes(self) -> set[tuple[int, BlockHash]]:
-        return {(g, h) for g, m in self._maps_by_group() for h in m.hashes()}
+        return {(g, h) for g, m in self.maps_by_group() for h in m.hashes()}
 
     def count_states(self) -> tuple[int, int, int]:
         """(active, cached, empty) over the usable blocks (the null block excluded).
 
         active: ref_cnt > 0; cached: free with a hash (evictable content); empty: free without.
+        Kept as the pool changes when tracked, else counted by a walk.
         """
+        tracker = self._refreshed()
+        if tracker is not None:
+            return tracker.counts[ACTIVE], tracker.counts[CACHED], tracker.counts[EMPTY]
+        return self.walk_states()
+
+    def cached_block_ids(self) -> tuple[int, ...]:
+        """The ids of the cached (free, hashed) blocks, ascending."""
+        tracker = self._refreshed()
+        if tracker is not None:
+            return tuple(sorted(tracker.cached))
+        return tuple(b.block_id for b in self.blocks
+                     if b.ref_cnt == 0 and b.block_hash is not None)
+
+    def walk_states(self) -> tuple[int, int, int]:
         active = sum(1 for block in self.blocks[1:] if block.ref_cnt > 0)
         cached = sum(1 for block in self.free_block_queue if block.block_hash is not None)
         return active, cached, self.free_block_queue.num_free_blocks - cached
@@ -322,47 +387,18 @@ class BlockPool:
     def check_integrity(self, holders: dict[int, int] | None = None) -> None:
         """Raise `IntegrityError` unless the four-state invariant holds.
 
-        Opens with the conservation law: every usable block is active, cached or empty, exactly
-        once. A block lost from both the queue and every table, or queued twice, breaks the sum
-        before any per-block rule is looked at. `holders` (block id -> number of block tables
-        holding it) also checks reference counts.
+        Tracked (`track_changes`), the check looks at the blocks changed since the last one
+        and at the held blocks (`check_changed_blocks`), and walks the whole pool every
+        `full_walk_every` checks; untracked, it walks every time.
         """
-        active, cached, empty = self.count_states()
-        usable = self.num_gpu_blocks - 1
-        if active + cached + empty != usable:
-            raise IntegrityError(
-                f"block pool: active {active} + cached {cached} + empty {empty} "
-                f"!= {usable} usable blocks"
-            )
-        self.free_block_queue.check_integrity()
-        null = self.null_block
-        require(null.block_id == 0 and null.is_null, f"block pool: null block is {null}")
-        free_ids = set(self.free_block_queue.block_ids())
-        require(0 not in free_ids, "block pool: the null block is free")
-        indexed: dict[int, int] = {}
-        for group_id, hash_map in self._maps_by_group():
-            for block_hash, block in hash_map.items():
-                keys = [block.block_hash, *(block.extra_hashes or ())]
-                if block_hash not in keys or block.hash_group_id != group_id:
-                    raise IntegrityError(f"block pool: index entry {block_hash.hex()[:8]}"
-                                         f"/g{group_id} points at {block}")
-                indexed[block.block_id] = indexed.get(block.block_id, 0) + 1
-        for block_id, count in indexed.items():
-            block = self.blocks[block_id]
-            if count != 1 + len(block.extra_hashes or ()):
-                raise IntegrityError(f"block pool: {block} indexed {count} times")
-        for block in self.blocks[1:]:
-            if block.is_null:
-                raise IntegrityError(f"block pool: {block} is a second null block")
-            if (block.block_id in free_ids) != (block.ref_cnt == 0):
-                raise IntegrityError(f"block pool: {block} free={block.block_id in free_ids} "
-                                     f"disagrees with its ref_cnt")
-            if block.block_hash is not None and block.block_id not in indexed:
-                raise IntegrityError(f"block pool: {block} has a hash but is not indexed")
-            if holders is not None and block.ref_cnt != holders.get(block.block_id, 0):
-                raise IntegrityError(f"block pool: {block} ref_cnt {block.ref_cnt} != "
-                                     f"{holders.get(block.block_id, 0)} holders")
-
+        tracker = self._refreshed()
+        if tracker is not None and not tracker.full_walk_due():
+            check_changed_blocks(self, tracker, holders)
+            return
+        check_whole_pool(self, holders)
+        if tracker is not None:
+            tracker.check_against(*self.walk_states())
+            tracker.unchecked.clear()
 
 def _as_list(blocks: Iterable[KVCacheBlock]) -> list[KVCacheBlock]:
     """`blocks` as a list: compiled, a loop over a list reads its items by index, while any

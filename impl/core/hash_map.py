@@ -81,3 +81,11 @@ class BlockHashToBlockMap:
         for block_hash, several in self._multi.items():
             for block in several.values():
                 yield block_hash, block
+
+    def contains(self, block_hash: BlockHash, block_id: int) -> bool:
+        """Whether block `block_id` is indexed under `block_hash`."""
+        block = self._single.get(block_hash)
+        if block is not None:
+            return block.block_id == block_id
+        several = self._multi.get(block_hash)
+        return several is not None and block_id in several

@@ -21,7 +21,6 @@ from typing import Any
 
 from conformance.systems.connector import (
     kv_cache_tensors_for,
-    pool_counts,
     transfers_of,
     upstream_connector_output,
 )
@@ -64,6 +63,7 @@ from conformance.systems.upstream.multimodal import (
     give_encoder,
     mm_features,
 )
+from conformance.systems.upstream.pool_watch import PoolWatch
 from vtwin.errors import UserError
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
@@ -129,6 +129,10 @@ class UpstreamSystem:
             config.effective_hash_block_size, hash_fn)
         self._external_hits: list[tuple[str, int]] = []
         self._offload = self._watch_connector()
+        # Counts and cached ids kept as the pools change, not walked every step (issue 31).
+        self._gpu_watch = PoolWatch(pool)
+        self._cpu_watch = (None if self._offload is None
+                           else PoolWatch(self._offload.cpu_block_pool))
         self._grammars: dict[str, RequestSpec] = {}  # compiles in flight (`upstream.grammar`)
         self._grammars_seen = False
         self._throttled = False  # a DP engine core's word for the next step
@@ -364,20 +368,15 @@ class UpstreamSystem:
     def state(self) -> SystemState:
         s = self.scheduler
         pool = s.kv_cache_manager.block_pool
-        free = pool.get_num_free_blocks()
-        # `_block_hash` rather than the `block_hash` property: this runs over the whole pool
-        # every step. The null block has no hash, so it is never counted.
-        cached = tuple(b.block_id for b in pool.blocks
-                       if b.ref_cnt == 0 and b._block_hash is not None)
         waiting = [r.request_id for q in self.waiting_queues() for r in q]
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
-            blocks=BlockCounts(pool.num_gpu_blocks - 1 - free, len(cached), free - len(cached)),
+            blocks=BlockCounts(*self._gpu_watch.block_counts()),
             free_head=self.free_head(pool.free_block_queue),
-            cached_ids=cached,
-            cpu_blocks=None if self._offload is None
-            else pool_counts(self._offload.cpu_block_pool),
+            cached_ids=self._gpu_watch.cached_ids(),
+            cpu_blocks=None if self._cpu_watch is None
+            else BlockCounts(*self._cpu_watch.block_counts()),
             encoder_cache=encoder_counts(s, self.config),
         )
 
