@@ -8,8 +8,9 @@ states were kept as they change (`impl.core.block_states`,
 `conformance.systems.upstream.pool_watch`), every step walked both CPU pools two or three
 times: measured at stop 37 (pure twin, 2 cores), 16.2 steps/s with the connector against 44.6
 without, a share of 0.36; after, 88.9 against 71.9 (the run with the tier does less prefill
-work per step once prefixes come back from the CPU). The target is a share of 0.5. Both runs stop after the same number of steps (`MAX_STEPS`), so they time
-the same stretch of the trace; both must pass at `exact`, or the timing means nothing.
+work per step once prefixes come back from the CPU). The target is a share of 0.5. Both runs
+stop after the same number of steps (`MAX_STEPS`), so they time the same stretch of the trace;
+both must pass at `exact`, or the timing means nothing.
 """
 
 from __future__ import annotations
