@@ -261,6 +261,7 @@ def _request(
         stream_end_step=rec.stream_end_step,
         resumable=rec.stream_end_step is not None,
         grammar=grammar,
+        kv_cache_report_mode=rec.kv_cache_report_mode,
     )
 
 
@@ -270,7 +271,8 @@ def _check_pooling(rec: RequestModel, fail: _Fail) -> None:
         raise fail("max_tokens", f"must be 1 under runner 'pooling' (a pooling request "
                    f"produces no tokens; got {rec.max_tokens})")
     for field, value in (("min_tokens", rec.min_tokens), ("grammar", rec.grammar),
-                         ("stream_end_step", rec.stream_end_step)):
+                         ("stream_end_step", rec.stream_end_step),
+                         ("kv_cache_report_mode", rec.kv_cache_report_mode == "full")):
         if value:
             raise fail(field, "not for a pooling request (runner 'pooling' samples nothing)")
 

@@ -266,6 +266,9 @@ class RequestSpec:
     # request under the same id (a part), or a non-resumable empty one (the close).
     resumable: bool = False
     grammar: GrammarSpec | None = None  # structured output (`workloads.grammar`)
+    # KV events in "full" mode (upstream's `kv_cache_report_mode` sampling extra): each
+    # prefix-cache lookup that hits announces the reused blocks as stored.
+    kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
 
     @property
     def prompt_len(self) -> int:

@@ -182,6 +182,7 @@ class RequestModel(_Strict):
     stream: list[StreamChunkModel] = Field(default_factory=list)
     stream_end_step: NonNegInt | None = None
     grammar: GrammarModel | None = None
+    kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
 
 
 class AbortModel(_Strict):

@@ -73,6 +73,7 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         "lora_name": (request.lora_name, None),
         "job_id": (request.job_id, None),
         "is_last_step": (request.is_last_step, True),
+        "kv_cache_report_mode": (request.kv_cache_report_mode, "incremental"),
     }
     for key, (value, default) in optional.items():
         if value != default:

@@ -101,9 +101,9 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "the Continuum fork (seed 002) as a System against the twin's policy, the FCFS/Continuum "
      "study, a --scheduler-cls plugin under drift"),
     ("Systems, workers and recordings", ("test_specs", "test_worker", "test_record_",
-                                         "test_conform_startup"),
-     "system specs, out-of-process workers over the wire protocol, start-up, traces recorded "
-     "alone and compared offline"),
+                                         "test_conform_startup", "test_pool_watch"),
+     "system specs, out-of-process workers over the wire protocol, start-up, upstream's pool "
+     "states kept from its calls, traces recorded alone and compared offline"),
     ("Campaigns", ("test_campaign",),
      "generated-workload campaigns on Ray: families, shrinking, the store, resume, a killed "
      "worker, the budget"),

@@ -166,6 +166,7 @@ class ImplSystem:
                                            m.is_embed) for m in request.mm_items],
             resumable=request.resumable,
             pooling=self.config.runner == "pooling",
+            report_reused_blocks=request.kv_cache_report_mode == "full",
             grammar=None if spec is None else Grammar(
                 spec.allowed_lo, spec.allowed_hi,
                 (*request.stop_token_ids, *(() if request.eos_token_id is None

@@ -220,6 +220,15 @@ class BlockPool:
                 group_id=group_id,
             ))
 
+    def emit_stored(self, block_hashes: tuple[BlockHash, ...], token_ids: Sequence[int],
+                    block_size: int, lora_name: str | None, group_id: int) -> None:
+        """A stored event for blocks cached already (a reused prefix, reported in full mode):
+        no block changes, the chain starts at token 0 (no parent)."""
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockStored(
+                block_hashes=block_hashes, parent_block_hash=None, token_ids=tuple(token_ids),
+                block_size=block_size, lora_name=lora_name, group_id=group_id))
+
     def index_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int) -> None:
         """Give a block without a hash `block_hash` and index it (no event: a CPU copy takes
         its GPU source's hash when the store completes)."""

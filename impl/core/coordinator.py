@@ -92,6 +92,19 @@ class KVCacheCoordinator:
             for index, manager in enumerate(self.managers)
         )
 
+    def emit_reused_block_events(self, request: Request, hits: PerGroupBlocks) -> None:
+        """A stored event per group with a hit, for its first `len(hits[g])` blocks (skipped
+        positions included), as if they had just been cached from token 0."""
+        for group_id, blocks in enumerate(hits):
+            if not blocks:
+                continue
+            size = self.managers[group_id].block_size
+            hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)
+            self.block_pool.emit_stored(
+                tuple(hashes[i] for i in range(len(blocks))),
+                request.all_token_ids[:len(blocks) * size], size, request.lora_name,
+                group_id)
+
     def add_computed_blocks(
         self, request_id: str, new_computed_blocks: PerGroupBlocks, total_computed_tokens: int
     ) -> None:

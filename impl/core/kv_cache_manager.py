@@ -135,6 +135,11 @@ class KVCacheManager:
         hits, num_hit_tokens, junction = self.coordinator.find_cache_hit_and_junction(
             request, request.num_tokens - 1
         )
+        if (num_hit_tokens > 0 and request.report_reused_blocks
+                and self.block_pool.enable_kv_cache_events):
+            # A gateway following the events learns which blocks this request reuses: on
+            # every lookup that hits, whether or not the request is then admitted.
+            self.coordinator.emit_reused_block_events(request, hits)
         request.shared_prefix_boundary = junction
         return KVCacheBlocks(hits), num_hit_tokens
 

@@ -62,7 +62,7 @@ class Request:
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
-        "_hasher",
+        "report_reused_blocks", "_hasher",
     )
 
     def __init__(
@@ -87,8 +87,12 @@ class Request:
         resumable: bool = False,
         grammar: Grammar | None = None,
         pooling: bool = False,
+        report_reused_blocks: bool = False,
     ) -> None:
         self.request_id = request_id
+        # KV events in "full" report mode (upstream's `kv_cache_report_mode`, a sampling
+        # extra): every prefix-cache lookup that hits announces the reused blocks as stored.
+        self.report_reused_blocks = report_reused_blocks
         # A tuple: shared as is with the scheduler output's NewRequestData and never copied
         # again (a tuple given here is kept without a copy).
         self.prompt_token_ids = tuple(prompt_token_ids)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from impl.core.block_pool import BlockPool
 from impl.core.events import BlockRemoved, BlockStored
+from impl.core.specs import FullAttentionSpec, SlidingWindowSpec
+from tests.core.helpers import admit, make_manager, make_request
 
 H = [bytes([i]) * 8 for i in range(8)]  # stand-in block hashes
 
@@ -132,3 +134,30 @@ def test_a_prompt_tail_at_the_first_token_with_one_token_hash_blocks() -> None:
     assert manager.take_events() == [BlockStored((h[3],), None, (100, 101, 5, 5), 4, None, 0),
                                      BlockStored((h[0],), None, (100,), 1, None, 0),
                                      BlockStored((h[3],), None, (100, 101, 5, 5), 4, None, 1)]
+
+
+def test_full_report_mode_announces_reused_blocks_on_every_lookup_that_hits() -> None:
+    """`kv_cache_report_mode: "full"`: a lookup that hits reports the hit as one stored event
+    per group from token 0 (no parent), on each lookup, admitted or not; per group the count
+    includes a window's skipped positions. Regressions: `kv-events-full-mode*.jsonl`."""
+    manager = make_manager(12, FullAttentionSpec(block_size=4),
+                           SlidingWindowSpec(block_size=4, sliding_window=4), events=True)
+    first = make_request("a", range(100, 113))  # 13 tokens: 3 full blocks cached
+    assert admit(manager, first) is not None
+    manager.take_events()
+    quiet = make_request("b", range(100, 113))
+    manager.get_computed_blocks(quiet)
+    assert manager.take_events() == []  # incremental (the default): a hit is not news
+    full = make_request("c", range(100, 113), report_reused_blocks=True)
+    hits, num_hit = manager.get_computed_blocks(full)
+    assert num_hit == 12
+    assert [len(group) for group in hits.blocks] == [3, 3]  # the window's: null, null, block
+    hashes = tuple(full.block_hashes[:3])
+    stored = [BlockStored(hashes, None, tuple(range(100, 112)), 4, None, group)
+              for group in (0, 1)]
+    assert manager.take_events() == stored
+    manager.get_computed_blocks(full)  # looked up again (say, not admitted last step)
+    assert manager.take_events() == stored
+    miss = make_request("d", range(500, 513), report_reused_blocks=True)
+    manager.get_computed_blocks(miss)
+    assert manager.take_events() == []

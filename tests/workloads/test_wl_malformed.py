@@ -52,6 +52,8 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "pooling_max_tokens.jsonl": (2, "max_tokens", "must be 1 under runner 'pooling'"),
     "pooling_plan.jsonl": (3, "type", "its requests take no plan"),
     "pooling_spec.jsonl": (1, "config.num_spec_tokens", "must be off with runner 'pooling'"),
+    "pooling_report_mode.jsonl": (2, "kv_cache_report_mode", "not for a pooling request"),
+    "report_mode_unknown.jsonl": (2, "kv_cache_report_mode", "'incremental' or 'full'"),
     "mm_mask_length.jsonl": (2, "mm_items[0].is_embed", "has 2 entries, not length 3"),
     "mm_overlap.jsonl": (2, "mm_items[1].offset", "overlaps the item before it"),
     "mm_past_prompt.jsonl": (2, "mm_items[0].length", "run past the prompt's 40 tokens"),

@@ -197,6 +197,8 @@ def request_specs(draw: Any, index: int, config: EngineConfig,
         priority=draw(st.integers(0, 2), label="priority"),
         cache_salt=draw(st.sampled_from((None, None, None, "salt")), label="salt"),
         lora_name=lora,
+        kv_cache_report_mode=draw(st.sampled_from(("incremental",) * 3 + ("full",)),
+                                  label="report_mode"),
     )
 
 

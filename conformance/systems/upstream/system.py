@@ -211,6 +211,8 @@ class UpstreamSystem:
             params.update_from_generation_config({}, request.eos_token_id)
         if request.grammar is not None:
             params.structured_outputs = structured_outputs()
+        if request.kv_cache_report_mode != "incremental":  # read by upstream's Request
+            params.extra_args = {"kv_cache_report_mode": request.kv_cache_report_mode}
         lora = None
         if request.lora_name:
             # One int id per adapter name, as the engine's LoRA manager numbers them (the
