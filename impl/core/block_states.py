@@ -191,8 +191,7 @@ def check_whole_pool(pool: BlockPool, holders: dict[int, int] | None) -> None:
     pool.free_block_queue.check_integrity()
     null = pool.null_block
     require(null.block_id == 0 and null.is_null, f"block pool: null block is {null}")
-    free_ids = set(pool.free_block_queue.block_ids())
-    require(0 not in free_ids, "block pool: the null block is free")
+    free_ids = set(pool.free_block_queue.block_ids())  # the queue holds no null block (above)
     indexed: dict[int, int] = {}
     for group_id, hash_map in pool.maps_by_group():
         for block_hash, block in hash_map.items():

@@ -144,3 +144,45 @@ def test_full_walk_every_must_be_positive() -> None:
     pool = BlockPool(4, enable_caching=True, enable_kv_cache_events=False)
     with pytest.raises(ValueError, match="full_walk_every must be >= 1"):
         pool.track_changes(0)
+
+
+def test_tracking_started_on_a_used_pool_keeps_its_cached_blocks() -> None:
+    pool = BlockPool(6, enable_caching=True, enable_kv_cache_events=False)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(blocks[:2], [b"a", b"b"], 0, 2, 0, block_size=4)
+    pool.free_blocks(blocks[:2])
+    tracker = pool.track_changes(1)
+    assert tracker.cached == {1, 2}
+    assert pool.count_states() == (1, 2, 2) and pool.cached_block_ids() == (1, 2)
+    pool.check_integrity({3: 1})
+
+
+def test_the_whole_pool_is_walked_every_full_walk_every_checks_exactly() -> None:
+    pool = tracked(full_walk_every=2)
+    for _ in range(2):  # a fault only a walk sees: found at checks 2 and 4, never 3
+        pool.blocks[4].block_hash = b"ghost"
+        pool.check_integrity()
+        with pytest.raises(IntegrityError, match=r"id=4.*has a hash but is not indexed"):
+            pool.check_integrity()
+        pool.blocks[4].block_hash = None
+
+
+def test_the_walk_proves_each_kept_state_not_only_the_counts() -> None:
+    pool = tracked(full_walk_every=1)
+    [block] = pool.get_new_blocks(1)
+    pool.cache_full_blocks([block], [b"h"], 0, 1, 0, block_size=4)
+    pool.free_blocks([block])
+    pool.count_states()  # kept: 1 cached, 2 empty
+    tracker = pool.tracker
+    assert tracker is not None
+    tracker.states[1], tracker.states[2] = tracker.states[2], tracker.states[1]  # same counts
+    with pytest.raises(IntegrityError, match=r"id=1.*kept as state 2, is 1"):
+        pool.check_integrity()
+
+
+def test_the_null_block_among_the_holders_is_skipped_not_the_end_of_them() -> None:
+    pool = tracked()
+    pool.get_new_blocks(2)
+    pool.check_integrity({0: 3, 1: 1, 2: 1})  # the null block first: still 2 held, 2 active
+    with pytest.raises(IntegrityError, match="2 active blocks, 1 held"):
+        pool.check_integrity({0: 3, 1: 1})
