@@ -46,6 +46,7 @@ ORACLE_ENV = {
 SECOND_RELEASE = "vllm==0.33.0"
 SCHEDULER_DIFFERENTIAL = ("conformance/tests/test_sched_suite.py",
                           "conformance/tests/test_offload_suite.py",
+                          "conformance/tests/test_offloading_manager.py",
                           "conformance/tests/test_sched_hypothesis.py",
                           "conformance/tests/test_drift_releases.py")
 

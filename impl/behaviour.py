@@ -75,6 +75,18 @@ class Behaviour:
     requests behind it; 0.32 stops admission there. Seen on `multimodal` (its final burst):
     the text request behind a blocked image request is admitted in the same step."""
 
+    offload_lru_request_ranks: bool
+    """0.33, the OffloadingConnector's LRU policy: chunks a running request inserts or first
+    sees share one recency rank drawn for the request, ordered by token position (tails
+    first), instead of a fresh rank each (`impl.connector.offloading.lru`). Seen on the
+    offloading manager machine (`conformance/offloading`): a later store evicts a different
+    chunk."""
+
+    offload_failed_store_event: bool
+    """0.33, the OffloadingConnector's CPU manager: a store that fails announces its chunks
+    as a metadata-only removal event; 0.32 removes them silently. Seen on the offloading
+    manager machine with events on."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -92,6 +104,8 @@ BEHAVIOUR_0_32 = Behaviour(
     offload_lookup_chunk_aligned=False,
     unchunked_item_start_counts_as_before=False,
     encoder_blocked_admission_skips=False,
+    offload_lru_request_ranks=False,
+    offload_failed_store_event=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -104,6 +118,8 @@ BEHAVIOUR_0_33 = Behaviour(
     offload_lookup_chunk_aligned=True,
     unchunked_item_start_counts_as_before=True,
     encoder_blocked_admission_skips=True,
+    offload_lru_request_ranks=True,
+    offload_failed_store_event=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

@@ -93,10 +93,11 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "failure an error, never a difference); drift between releases names what changed"),
     ("Upstream coverage", ("test_coverage",),
      "how much of upstream the gate executes: missed lines by feature, the ratchet"),
-    ("Connectors and the CPU offload tier", ("test_offload_", "test_transfers",
-                                             "test_connector_"),
+    ("Connectors and the CPU offload tier", ("test_offload_", "test_offloading_",
+                                             "test_transfers", "test_connector_"),
      "the suite with the CPU offload tier on against upstream's connector, the played "
-     "transfer worker, planted load failures, any connector's scheduler side (connector-check)"),
+     "transfer worker, planted load failures, any connector's scheduler side (connector-check), "
+     "the OffloadingConnector's CPU manager (LRU, ARC) in lockstep with upstream's"),
     ("Forks and plugins", ("test_continuum_", "test_plugin_"),
      "the Continuum fork (seed 002) as a System against the twin's policy, the FCFS/Continuum "
      "study, a --scheduler-cls plugin under drift"),

@@ -32,6 +32,7 @@ FAMILY_TESTS: tuple[str, ...] = (
     "conformance/tests/test_kv_differential.py",
     "conformance/tests/test_continuum_fork.py",
     "conformance/tests/test_offload_suite.py",
+    "conformance/tests/test_offloading_manager.py",
 )
 """The generated families measured after the gate (the default run)."""
 
