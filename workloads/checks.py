@@ -79,7 +79,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             f"must be >= max_model_len {model.max_model_len} when chunked prefill is off",
         )
     needed = -(-model.max_model_len // model.block_size)
-    has_full = any(g.type == "full" for g in model.kv_cache_groups)
+    # A reference window keeps the whole prompt: as full attention, one request can need it all.
+    has_full = any(g.type in ("full", "reference_window") for g in model.kv_cache_groups)
     if has_full and model.num_blocks - 1 < needed:
         raise fail(
             "num_blocks",
@@ -91,7 +92,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "
                    f"has one per engine; got {sorted(modes)})")
     groups = tuple(
-        KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size, g.mamba_cache_mode)
+        KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size, g.mamba_cache_mode,
+                     g.rswa_window)
         for g in model.kv_cache_groups
     )
     return EngineConfig(

@@ -16,7 +16,7 @@ from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
 from workloads.streaming import StreamChunk
 
-KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba"]
+KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
 Estimator = Literal["fixed", "learned"]
@@ -31,8 +31,10 @@ class KVCacheGroup:
     """One KV-cache group: the attention kind shared by a set of layers.
 
     Only the field that belongs to `type` is set (`sliding_window` for sliding windows,
-    `attention_chunk_size` for chunked local attention, `mamba_cache_mode` for mamba); the
-    schema enforces that. `mamba_cache_mode` None is "none" (one state per request; with
+    `attention_chunk_size` for chunked local attention, `mamba_cache_mode` for mamba,
+    `rswa_window` for a reference sliding window: the prompt stays visible, only the last
+    `rswa_window` generated tokens are attended to); the schema enforces that.
+    `mamba_cache_mode` None is "none" (one state per request; with
     prefix caching 0.32 caches a state at every block boundary); "align" caches states only
     at block-aligned chunk ends, and the scheduler splits prefill chunks to end there.
     """
@@ -41,6 +43,7 @@ class KVCacheGroup:
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
+    rswa_window: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -50,6 +53,8 @@ class KVCacheGroup:
             out["attention_chunk_size"] = self.attention_chunk_size
         if self.mamba_cache_mode is not None:
             out["mamba_cache_mode"] = self.mamba_cache_mode
+        if self.rswa_window is not None:
+            out["rswa_window"] = self.rswa_window
         return out
 
 

@@ -30,10 +30,11 @@ class _Strict(BaseModel):
 
 
 class KVCacheGroupModel(_Strict):
-    type: Literal["full", "sliding_window", "chunked_local", "mamba"]
+    type: Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
     sliding_window: PosInt | None = None
     attention_chunk_size: PosInt | None = None
     mamba_cache_mode: Literal["none", "align"] | None = None
+    rswa_window: PosInt | None = None
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> KVCacheGroupModel:
@@ -47,6 +48,10 @@ class KVCacheGroupModel(_Strict):
         if wants_chunk != (self.attention_chunk_size is not None):
             verb = "needs" if wants_chunk else "must not set"
             raise ValueError(f"a {self.type!r} group {verb} 'attention_chunk_size'")
+        wants_rswa = self.type == "reference_window"
+        if wants_rswa != (self.rswa_window is not None):
+            verb = "needs" if wants_rswa else "must not set"
+            raise ValueError(f"a {self.type!r} group {verb} 'rswa_window'")
         return self
 
 

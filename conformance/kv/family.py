@@ -10,7 +10,8 @@ from workloads.model import EngineConfig, KVCacheGroup
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:
-    """One KV-cache group: kind is full | sliding_window | chunked_local | mamba.
+    """One KV-cache group: kind is full | sliding_window | chunked_local | mamba |
+    reference_window.
 
     `mamba_cache_mode` ("none" or "align") applies to mamba groups only; upstream reads it from
     its cache config into the group's MambaSpec, so both must say the same.
@@ -18,11 +19,12 @@ class GroupShape:
 
     kind: str
     block_size: int
-    window: int = 0  # sliding window or attention chunk size
+    window: int = 0  # sliding window, attention chunk size or reference window
     mamba_cache_mode: str = "none"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("full", "sliding_window", "chunked_local", "mamba"):
+        if self.kind not in ("full", "sliding_window", "chunked_local", "mamba",
+                             "reference_window"):
             raise ValueError(f"kind: unknown group kind {self.kind!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size: must be >= 1 (got {self.block_size})")
@@ -112,6 +114,12 @@ FAMILIES: tuple[KVFamily, ...] = (
                                    GroupShape("mamba", 16)), num_blocks=48),
     KVFamily("full_window_chunked", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48),
                                      GroupShape("chunked_local", 16, 64)), num_blocks=48),
+    # Reference sliding windows (R-SWA): the prompt kept, the output beyond the window dropped;
+    # alone (one group) and beside full attention, a window smaller than a block and not.
+    # Blocks of 4 so that a few decode steps already open a gap.
+    KVFamily("reference_window", (GroupShape("reference_window", 4, 2),), num_blocks=48),
+    KVFamily("full_reference_window", (GroupShape("full", 4),
+                                       GroupShape("reference_window", 4, 3)), num_blocks=96),
     # Two groups of the same full-attention spec (layers split in two groups, as the hybrid
     # planner does beside a window group): one hit search serves both groups at once.
     KVFamily("two_full_groups_window", (GroupShape("full", 16), GroupShape("full", 16),
@@ -129,6 +137,6 @@ def family_by_name(name: str) -> KVFamily:
 def group_shape(config: EngineConfig, group: KVCacheGroup) -> GroupShape:
     """A workload group's shape: what both systems build its KV-cache spec from (the twin's
     adapter and upstream's read it alike, so the two cannot drift apart)."""
-    window = group.sliding_window or group.attention_chunk_size or 0
+    window = group.sliding_window or group.attention_chunk_size or group.rswa_window or 0
     return GroupShape(group.type, config.block_size, window,
                       mamba_cache_mode=group.mamba_cache_mode or "none")

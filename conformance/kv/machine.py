@@ -123,8 +123,10 @@ class KVLockstepMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._has(running=True))
     @rule(data=st.data(), chunk=st.integers(1, 64), lookahead=st.sampled_from([0, 0, 0, 2]))
-    def run_step(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
-        request = self._pick(data, running=True)
+    def run_step(self, data: st.DataObject, chunk: int, lookahead: int,
+                 request: ModelRequest | None = None) -> None:
+        if request is None:
+            request = self._pick(data, running=True)
         if request.num_computed >= request.num_tokens:  # decode: sample one token first
             token = decode_token(request.request_id, request.num_tokens)
             self.both("append_token", request.request_id, token)
@@ -139,6 +141,17 @@ class KVLockstepMachine(RuleBasedStateMachine):
         else:
             request.num_computed += num_new
             self.both("set_num_computed_tokens", request.request_id, request.num_computed)
+
+    @precondition(lambda self: self._has(running=True))
+    @rule(data=st.data(), steps=st.integers(2, 12))
+    def decode_burst(self, data: st.DataObject, steps: int) -> None:
+        """One request decodes `steps` tokens in a row, one per step (a long output without
+        other requests in between: where windows over the output open gaps)."""
+        request = self._pick(data, running=True)
+        for _ in range(steps):
+            if request.num_computed < request.num_tokens or not request.running:
+                return
+            self.run_step(data, 1, 0, request)
 
     @precondition(lambda self: self._has(running=True))
     @rule(data=st.data(), preempted=st.booleans())

@@ -151,6 +151,8 @@ def impl_spec(group: GroupShape) -> Any:
         return specs.FullAttentionSpec(block_size=group.block_size)
     if group.kind == "sliding_window":
         return specs.SlidingWindowSpec(block_size=group.block_size, sliding_window=group.window)
+    if group.kind == "reference_window":
+        return specs.ReferenceWindowSpec(block_size=group.block_size, rswa_window=group.window)
     if group.kind == "chunked_local":
         return specs.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                                attention_chunk_size=group.window)

@@ -121,6 +121,8 @@ def upstream_spec(group: GroupShape) -> Any:
     if group.kind == "sliding_window":
         return k.SlidingWindowSpec(block_size=group.block_size, sliding_window=group.window,
                                    **common)
+    if group.kind == "reference_window":
+        return k.RSWASpec(block_size=group.block_size, rswa_window=group.window, **common)
     if group.kind == "chunked_local":
         return k.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                            attention_chunk_size=group.window, **common)

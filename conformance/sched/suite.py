@@ -116,6 +116,13 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         "groups full + chunked_local(128)",
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("chunked_local", attention_chunk_size=128)))),
+    SuiteEntry("hybrid-reference-window", "hybrid full + reference sliding window (R-SWA): "
+               "each request keeps its prompt, and of its output only the last 24 tokens' "
+               "blocks, so long outputs give blocks back as they decode",
+               _variant("decode-heavy", "hybrid-reference-window",
+                        "groups full + reference_window(24)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("reference_window", rswa_window=24)))),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=(KVCacheGroup("full"),

@@ -18,6 +18,7 @@ from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
 from impl.core.mamba import MambaManager
 from impl.core.mamba_align import MambaAlignManager
+from impl.core.reference_window import ReferenceWindowManager
 from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.sliding_window import SlidingWindowManager
 from impl.core.specs import (
@@ -26,6 +27,7 @@ from impl.core.specs import (
     KVCacheConfig,
     KVCacheSpec,
     MambaSpec,
+    ReferenceWindowSpec,
     SlidingWindowSpec,
     check_hash_block_size,
 )
@@ -43,6 +45,8 @@ def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
         return ChunkedLocalAttentionManager
     if isinstance(spec, MambaSpec):
         return MambaAlignManager if spec.mamba_cache_mode == "align" else MambaManager
+    if isinstance(spec, ReferenceWindowSpec):
+        return ReferenceWindowManager
     if isinstance(spec, FullAttentionSpec):
         return FullAttentionManager
     raise ValueError(f"kv_cache_spec: unsupported spec type {type(spec).__name__}")
@@ -144,9 +148,10 @@ class KVCacheCoordinator:
             manager.allocate_external_computed_blocks(request_id, num_local_computed,
                                                       num_external)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
+                              num_prompt_tokens: int) -> None:
         for manager in self.managers:
-            manager.remove_skipped_blocks(request_id, num_computed_tokens)
+            manager.remove_skipped_blocks(request_id, num_computed_tokens, num_prompt_tokens)
 
     def prompt_grew(self, request_id: str) -> None:
         """A streaming session's prompt grew (its next input part): its prompt tail moved, so

@@ -107,7 +107,8 @@ class KVCacheManager:
         # The common case gets a short path: one full-attention group (no blocks ever skipped,
         # hashes at the block size). See `_allocate_running_full`.
         only = self.coordinator.managers[0] if self.num_kv_cache_groups == 1 else None
-        self._single_full = only if isinstance(only, FullAttentionManager) else None
+        # Exactly full attention: a reference window (a subclass) does skip blocks.
+        self._single_full = only if type(only) is FullAttentionManager else None
 
     @property
     def usage(self) -> float:
@@ -199,7 +200,8 @@ class KVCacheManager:
         # Free what the request no longer needs before counting what it must get; tokens of an
         # in-flight step (async scheduling) do not count as processed yet.
         coordinator.remove_skipped_blocks(
-            request.request_id, max(0, total_computed - request.num_inflight_tokens))
+            request.request_id, max(0, total_computed - request.num_inflight_tokens),
+            request.num_prompt_tokens)
         num_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slot, computed, total_computed,
             num_tokens_main=num_tokens_main,
@@ -256,8 +258,10 @@ class KVCacheManager:
     def prompt_grew(self, request_id: str) -> None:
         self.coordinator.prompt_grew(request_id)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        self.coordinator.remove_skipped_blocks(request_id, num_computed_tokens)
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
+                              num_prompt_tokens: int) -> None:
+        self.coordinator.remove_skipped_blocks(request_id, num_computed_tokens,
+                                               num_prompt_tokens)
 
     def reset_prefix_cache(self) -> bool:
         if not self.block_pool.reset_prefix_cache():

@@ -88,7 +88,8 @@ class MambaAlignManager(MambaManager):
         blocks.extend(self.block_pool.get_new_blocks(1))
         return blocks[num_held:]
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
+                              num_prompt_tokens: int) -> None:
         """Retire every block left of the last processed token's block, tail first, skipping
         the null gaps (no early stop at the first null, unlike the window types)."""
         blocks = self.req_to_blocks.get(request_id)

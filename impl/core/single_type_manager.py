@@ -167,21 +167,27 @@ class SingleTypeKVCacheManager:
         first = boundary_block - needed
         return [first <= i < boundary_block for i in range(start_block, end_block)]
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
+                              num_prompt_tokens: int) -> None:
         """Free the blocks this type no longer needs, replacing them by the null block.
-
-        Walks back from the last skipped block and stops at the first null one: everything
-        before it was already removed by an earlier call.
-        """
+        `num_prompt_tokens` matters only to types that drop a middle range
+        (`ReferenceWindowManager`)."""
         num_skipped_blocks = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
-        if num_skipped_blocks <= 0:
-            return
+        if num_skipped_blocks > 0:
+            self.remove_blocks_in_range(request_id, 0, num_skipped_blocks)
+
+    def remove_blocks_in_range(self, request_id: str, first: int, end: int) -> None:
+        """Free the request's blocks with index in [first, end) (capped by its table).
+
+        Walks back from the last one and stops at the first null block: everything before it
+        was already removed by an earlier call.
+        """
         blocks = self.req_to_blocks.get(request_id)
-        if not blocks:
+        if not blocks or first >= end:
             return
         removed: list[KVCacheBlock] = []
         null_block = self.null_block
-        for index in range(min(num_skipped_blocks, len(blocks)) - 1, -1, -1):
+        for index in range(min(end, len(blocks)) - 1, first - 1, -1):
             block = blocks[index]
             if block is null_block:
                 break

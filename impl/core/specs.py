@@ -42,6 +42,25 @@ class FullAttentionSpec(AttentionSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class ReferenceWindowSpec(FullAttentionSpec):
+    """Reference sliding window (R-SWA): the prompt stays visible to every token, but of the
+    generated tokens only the last `rswa_window` are attended to, so the blocks between the
+    prompt's last block and the decode window can be dropped (per-request memory bounded by
+    prompt + window instead of growing with the output). It is full attention for prefix
+    caching: hits, caching and admission are full attention's."""
+
+    rswa_window: int = 0
+
+    def __post_init__(self) -> None:
+        AttentionSpec.__post_init__(self)
+        _require(self.rswa_window >= 1, "rswa_window", f"must be >= 1 (got {self.rswa_window})")
+
+    @property
+    def type_id(self) -> str:
+        return f"reference_window_{self.rswa_window}"
+
+
+@dataclass(frozen=True, slots=True)
 class SlidingWindowSpec(AttentionSpec):
     """Only the last `sliding_window` tokens are attended to; older blocks can be dropped."""
 

@@ -161,7 +161,8 @@ class ConnectorPaths(SchedulerState):
             return False
         kv = self.kv_cache_manager
         kv.remove_skipped_blocks(request.request_id,
-                                 max(0, request.num_computed_tokens - request.num_inflight_tokens))
+                                 max(0, request.num_computed_tokens - request.num_inflight_tokens),
+                                 request.num_prompt_tokens)
         if self.connector is None:
             return False
         block_ids = kv.get_block_ids(request.request_id)

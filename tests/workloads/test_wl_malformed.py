@@ -73,6 +73,8 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "plan_eos_without_eos_token.jsonl": (3, "eos_at", "has no eos_token_id"),
     "plan_unknown_id.jsonl": (3, "request_id", "plan for unknown request 'ghost'"),
     "prompt_too_long.jsonl": (2, "prompt.length", "exceeds config.max_model_len 2048"),
+    "rswa_window_missing.jsonl": (1, "config.kv_cache_groups[1]", "needs 'rswa_window'"),
+    "rswa_window_on_full.jsonl": (1, "config.kv_cache_groups[0]", "must not set 'rswa_window'"),
     "second_header.jsonl": (3, "type", "a second header"),
     "segments_longer_than_prompt.jsonl": (2, "prompt.length", "shorter than its segments"),
     "sliding_window_missing.jsonl": (1, "config.kv_cache_groups[1]", "needs 'sliding_window'"),

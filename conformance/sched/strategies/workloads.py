@@ -45,9 +45,11 @@ LORAS = (None, None, None, "adapter-a", "adapter-b", "adapter-c")
 """LoRA adapters: their names key the block hashes and KV events; `max_loras` (drawn per
 workload, 0 = no limit) makes admission skip a request whose adapter would exceed it."""
 LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
-           "window-alone")
+           "window-alone", "reference", "reference-alone")
 """KV layouts by the groups they add to full attention ("full" twice: the common case);
-"window-alone" is a model whose every layer slides (one sliding-window group, no full one)."""
+"window-alone" is a model whose every layer slides (one sliding-window group, no full one);
+"reference" adds a reference sliding window (the prompt kept, the output windowed) and
+"reference-alone" is a model of those layers only."""
 
 
 def _window(draw: Any, block_size: int) -> KVCacheGroup:
@@ -58,11 +60,21 @@ def _window(draw: Any, block_size: int) -> KVCacheGroup:
     return KVCacheGroup("sliding_window", sliding_window=size)
 
 
+def _reference_window(draw: Any, block_size: int) -> KVCacheGroup:
+    size = draw(st.sampled_from((block_size // 2, block_size + 1, 2 * block_size)),
+                label="rswa_window")
+    return KVCacheGroup("reference_window", rswa_window=size)
+
+
 def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
     layout = draw(st.sampled_from(LAYOUTS), label="layout")
     if layout == "window-alone":
         return (_window(draw, block_size),)
+    if layout == "reference-alone":
+        return (_reference_window(draw, block_size),)
     groups = [KVCacheGroup("full")]
+    if layout == "reference":
+        groups.append(_reference_window(draw, block_size))
     if "window" in layout:
         groups.append(_window(draw, block_size))
     if "chunked" in layout:
