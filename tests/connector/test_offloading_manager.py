@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from impl.behaviour import BEHAVIOUR_0_32, BEHAVIOUR_0_33
+from impl.connector.offloading.arc import ARCPolicy
 from impl.connector.offloading.keys import (
     LookupResult,
     OffloadEvent,
@@ -15,6 +16,7 @@ from impl.connector.offloading.keys import (
     offload_key,
 )
 from impl.connector.offloading.manager import CPUOffloadingManager
+from impl.connector.offloading.tracker import OfferTracker
 from vtwin.errors import IntegrityError
 
 
@@ -199,3 +201,97 @@ def test_integrity_names_a_miscounted_idle_chunk() -> None:
 def test_an_unknown_policy_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="cache_policy: must be one of lru, arc"):
         CPUOffloadingManager(2, "fifo")
+
+
+def test_arc_evicts_from_t1_when_t2_is_pinned_even_below_the_target() -> None:
+    """Target 3 and |T1| 2: T2 goes first, but its chunks are being read, so T1 gives way
+    (the third choice); a second victim in the same call then also comes from T1."""
+    manager = CPUOffloadingManager(4, "arc")
+    writer, reader = RequestContext("w"), RequestContext("r")
+    stored(manager, writer, 1, 2)
+    manager.prepare_load([k(1), k(2)], reader)
+    manager.complete_load([k(1), k(2)])
+    manager.on_request_finished(reader)                      # T2 [2, 1]
+    stored(manager, writer, 3, 4)                            # T1 [3, 4]
+    for victim, ghost in ((3, 5), (4, 3), (5, 4)):
+        plan = manager.prepare_store([k(ghost)], RequestContext(f"g{ghost}"))
+        assert plan is not None and plan.evicted == (k(victim),)
+        manager.complete_store([k(ghost)])
+    policy = manager.policy
+    assert isinstance(policy, ARCPolicy) and policy.target_recent == 2.0
+    assert list(policy.recent) == [k(3), k(4)] and list(policy.recent_ghosts) == [k(5)]
+    manager.prepare_load([k(1), k(2)], RequestContext("pin"))  # T2 cannot give a victim
+    plan = manager.prepare_store([k(5)], RequestContext("g5b"))  # B1 hit: target 3
+    assert plan is not None and plan.evicted == (k(3),)
+    manager.check_integrity()
+
+
+def test_arc_a_batch_eviction_counts_down_what_t1_has_left() -> None:
+    """Target 2, |T1| 3, three victims: T1 gives two (3 >= 2, then 2 >= 2); T1 then holds
+    1 < 2, so the third is T2's."""
+    manager = CPUOffloadingManager(4, "arc")
+    writer, reader = RequestContext("w"), RequestContext("r")
+    stored(manager, writer, 1)
+    manager.prepare_load([k(1)], reader)
+    manager.complete_load([k(1)])
+    manager.on_request_finished(reader)                      # T2 [1]
+    stored(manager, writer, 2, 3, 4)                         # T1 [2, 3, 4]
+    for victim, ghost in ((2, 5), (3, 2), (4, 3)):           # targets 0, 1, 2
+        plan = manager.prepare_store([k(ghost)], RequestContext(f"g{ghost}"))
+        assert plan is not None and plan.evicted == (k(victim),)
+        manager.complete_store([k(ghost)])
+    policy = manager.policy
+    assert isinstance(policy, ARCPolicy) and policy.target_recent == 2.0
+    assert list(policy.recent) == [k(5), k(2), k(3)]
+    plan = manager.prepare_store([k(7), k(8), k(9)], writer)
+    assert plan is not None and plan.evicted == (k(5), k(2), k(1))
+
+
+def test_the_offer_counter_forgets_the_oldest_but_never_a_key_of_the_same_offer() -> None:
+    tracker = OfferTracker(threshold=2, max_size=3)
+    tracker.record([k(1), k(2), k(3)])
+    tracker.record([k(1), k(2), k(4), k(5)])  # room for one: k(3) goes; k(5) is not counted
+    assert dict(tracker.counts) == {k(1): 2, k(2): 2, k(4): 1}
+    assert tracker.admitted([k(1), k(4), k(5)]) == [k(1)]
+    assert tracker.take_skipped() == 2 and tracker.take_skipped() == 0
+
+
+def test_lru_0_33_draws_a_new_request_rank_after_each_reset() -> None:
+    """Fresh ranks 1, 2 for `b`'s chunks, then `a`'s request rank 3: its chunk is the most
+    recent. After a reset ranks start over, and `a` must draw a new request rank too."""
+    manager = CPUOffloadingManager(3, "lru", behaviour=BEHAVIOUR_0_33)
+    a, b = RequestContext("a"), RequestContext("b")
+    for n in (3, 6):
+        a.set_position(k(n), 16)
+    stored(manager, b, 1, 2)
+    stored(manager, a, 3)
+    plan = manager.prepare_store([k(4)], b)
+    assert plan is not None and plan.evicted == (k(1),)
+    manager.reset_cache()
+    stored(manager, b, 5)                                    # fresh rank 1
+    stored(manager, a, 6)                                    # a's new request rank 2
+    stored(manager, b, 7)                                    # fresh rank 3
+    plan = manager.prepare_store([k(8)], b)
+    assert plan is not None and plan.evicted == (k(5),)
+    plan = manager.prepare_store([k(9)], b)
+    assert plan is not None and plan.evicted == (k(6),)
+
+
+def test_lru_a_long_touch_rebuilds_the_heap_and_keeps_the_order() -> None:
+    manager = CPUOffloadingManager(100, "lru")
+    ctx = RequestContext("a")
+    stored(manager, ctx, *range(100))
+    manager.touch([k(n) for n in range(80)])                 # >= 64 re-ranked: a rebuild
+    manager.check_integrity()
+    plan = manager.prepare_store([k(200), k(201)], ctx)
+    assert plan is not None and plan.evicted == (k(80), k(81))
+
+
+def test_lru_a_refused_eviction_puts_every_candidate_back() -> None:
+    manager = CPUOffloadingManager(2, "lru")
+    ctx = RequestContext("a")
+    stored(manager, ctx, 1, 2)
+    assert manager.prepare_store([k(1), k(3), k(4)], ctx) is None
+    manager.check_integrity()
+    plan = manager.prepare_store([k(3)], ctx)
+    assert plan is not None and plan.evicted == (k(1),)
