@@ -55,6 +55,8 @@ class ARCPolicy:
         self.frequent_ghosts.pop(key, None)
 
     def remove(self, key: OffloadKey) -> None:
+        """A chunk whose store failed. Usually in T1; in T2 when the request that stores it
+        again had read it earlier and finished before the store completed."""
         if self.recent.pop(key, None) is None:
             self.frequent.pop(key, None)
 

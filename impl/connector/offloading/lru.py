@@ -29,8 +29,7 @@ Rank = tuple[int, int]
 class LRUPolicy:
     """LRU over the chunks; a lazy heap of (rank, key) finds the oldest evictable ones."""
 
-    def __init__(self, capacity: int, request_ranks: bool) -> None:
-        self.capacity = capacity
+    def __init__(self, request_ranks: bool) -> None:
         self.request_ranks = request_ranks
         self.chunks: dict[OffloadKey, Chunk] = {}
         self.ranks: dict[OffloadKey, Rank] = {}
@@ -93,8 +92,8 @@ class LRUPolicy:
             self.ranks[key] = self._fresh_rank()
         else:
             self.ranks[key] = (self._request_rank(context), -position)
-        if chunk.ref_cnt == 0:
-            self.mark_evictable(key)
+        # A new chunk is being written (ref_cnt -1): it becomes evictable when its store
+        # completes (`mark_evictable`).
 
     def remove(self, key: OffloadKey) -> None:
         del self.chunks[key]

@@ -39,7 +39,7 @@ POLICIES = ("lru", "arc")
 
 def make_policy(name: str, capacity: int, behaviour: Behaviour) -> CachePolicy:
     if name == "lru":
-        return LRUPolicy(capacity, request_ranks=behaviour.offload_lru_request_ranks)
+        return LRUPolicy(request_ranks=behaviour.offload_lru_request_ranks)
     if name == "arc":
         return ARCPolicy(capacity)
     raise ValueError(f"cache_policy: must be one of {', '.join(POLICIES)} (got {name!r})")
