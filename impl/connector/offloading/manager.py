@@ -142,9 +142,14 @@ class CPUOffloadingManager:
         offered = list(keys)
         if self.tracker is not None:
             self.tracker.record(offered)
-        missing = [key for key in offered if self.policy.get(key) is None]
-        ready = [key for key in offered if (chunk := self.policy.get(key)) is not None
-                 and chunk.is_ready]
+        missing: list[OffloadKey] = []
+        ready: list[OffloadKey] = []  # stored and readable: a reuse (one being written is neither)
+        for key in offered:
+            chunk = self.policy.get(key)
+            if chunk is None:
+                missing.append(key)
+            elif chunk.is_ready:
+                ready.append(key)
         if self.tracker is not None:
             missing = self.tracker.admitted(missing)
         access = self._access(context)
