@@ -87,6 +87,13 @@ class Behaviour:
     as a metadata-only removal event; 0.32 removes them silently. Seen on the offloading
     manager machine with events on."""
 
+    offloading_lookup_restarts_stores: bool
+    """0.33, the OffloadingConnector's scheduler side: a lookup (a request starting from
+    token 0, first or after a preemption) moves the request's store cursor back to its first
+    chunk, so a resumed request offers every chunk again; 0.32 keeps the cursor. Seen on
+    `multimodal-unchunked` with `--offload offloading-arc`: a resumed request's chunk is
+    stored again."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -106,6 +113,7 @@ BEHAVIOUR_0_32 = Behaviour(
     encoder_blocked_admission_skips=False,
     offload_lru_request_ranks=False,
     offload_failed_store_event=False,
+    offloading_lookup_restarts_stores=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -120,6 +128,7 @@ BEHAVIOUR_0_33 = Behaviour(
     encoder_blocked_admission_skips=True,
     offload_lru_request_ranks=True,
     offload_failed_store_event=True,
+    offloading_lookup_restarts_stores=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

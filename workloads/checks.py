@@ -116,7 +116,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
-        kv_connector=connector_config(model.kv_connector, len(groups), fail),
+        kv_connector=connector_config(model.kv_connector, len(groups), model.block_size, fail),
         multimodal=None if model.multimodal is None else MultimodalConfig(
             model.multimodal.max_num_encoder_input_tokens, model.multimodal.encoder_cache_size,
             model.multimodal.disable_chunked_mm_input),

@@ -26,7 +26,7 @@ from workloads.model import (
     RequestSpec,
     gap_steps,
 )
-from workloads.schema import ContinuumModel, KVConnectorModel
+from workloads.schema import ContinuumModel, KVConnectorModel, OffloadingModel
 
 if TYPE_CHECKING:
     from workloads.located import Located
@@ -43,12 +43,26 @@ def continuum_config(model: ContinuumModel | None, policy: str, step_ms: float |
     return ContinuumConfig(model.ttl_ms, model.estimator, model.threshold_ms, step_ms)
 
 
-def connector_config(model: KVConnectorModel | None, num_groups: int,
+def connector_config(model: KVConnectorModel | OffloadingModel | None, num_groups: int,
+                     block_size: int,
                      fail: Callable[[str, str], WorkloadError]) -> KVConnectorConfig | None:
     """The KV connector's settings. Planned load failures name blocks by id, which only one
-    KV-cache group makes unambiguous (upstream refuses invalid block ids otherwise)."""
+    KV-cache group makes unambiguous (upstream refuses invalid block ids otherwise); an
+    offloaded chunk is a whole number of GPU blocks."""
     if model is None:
         return None
+    if isinstance(model, OffloadingModel):
+        size = model.offloaded_block_size
+        if size is not None and size % block_size:
+            raise fail("kv_connector.offloaded_block_size", f"{size} is not a multiple of the "
+                       f"GPU block size {block_size}")
+        return KVConnectorConfig("offloading", load_latency_steps=model.load_latency_steps,
+                                 store_latency_steps=model.store_latency_steps,
+                                 num_cpu_chunks=model.num_cpu_chunks,
+                                 offloaded_block_size=size,
+                                 eviction_policy=model.eviction_policy,
+                                 store_threshold=model.store_threshold,
+                                 offload_prompt_only=model.offload_prompt_only)
     if model.load_failures and num_groups != 1:
         raise fail("kv_connector.load_failures", "need a single KV-cache group (block ids are "
                    f"per group; this config has {num_groups})")

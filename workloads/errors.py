@@ -31,10 +31,19 @@ class WorkloadError(UserError):
         super().__init__(f"{where}: {what}")
 
 
+TAGGED_UNION_FIELDS = frozenset({"kv_connector"})
+"""Fields whose value is one of several models picked by its `type`: pydantic puts the chosen
+model's tag after the field name in an error's location, which no file spells, so it is left
+out of the path."""
+
+
 def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
     """Render a pydantic location like ``("prompt", "segments", 2, "length")``."""
     out = prefix
-    for part in loc:
+    for index, part in enumerate(loc):
+        if (0 < index < len(loc) - 1 and loc[index - 1] in TAGGED_UNION_FIELDS
+                and isinstance(part, str)):
+            continue  # the union member's tag
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -49,18 +58,25 @@ def from_validation_error(
     errors = err.errors(include_url=False)
     first = errors[0]
     problem = str(first["msg"])
-    if first["type"] == "missing":
+    loc = tuple(first["loc"])
+    if first["type"] == "union_tag_invalid":
+        context = first.get("ctx", {})
+        loc += (str(context.get("discriminator", "type")).strip("'"),)
+        problem = (f"must be one of {context.get('expected_tags')} "
+                   f"(got {context.get('tag')!r})")
+    elif first["type"] == "missing":
         problem = "required field is missing"
     elif first["type"] == "extra_forbidden":
         problem = "unknown field"
-    elif "input" in first and first["type"] not in ("value_error", "assertion_error"):
+    elif "input" in first and first["type"] not in ("value_error", "assertion_error",
+                                                    "union_tag_invalid"):
         problem += f" (got {_short_repr(first['input'])})"
     if first["type"] == "value_error" and problem.startswith("Value error, "):
         problem = problem[len("Value error, ") :]
     if len(errors) > 1:
         more = len(errors) - 1
         problem += f"; and {more} more problem{'s' if more > 1 else ''} on this line"
-    return WorkloadError(source, line, field_path(first["loc"], prefix), problem)
+    return WorkloadError(source, line, field_path(loc, prefix), problem)
 
 
 def _short_repr(value: object) -> str:

@@ -93,27 +93,47 @@ class LoadFailure:
 
 @dataclass(frozen=True, slots=True)
 class KVConnectorConfig:
-    """A KV connector (today: upstream's SimpleCPUOffloadConnector, a CPU tier of
-    `num_cpu_blocks` blocks) and how the harness's worker plays its transfers: a load or store
-    issued in step s completes in the output of step s + latency (0: the same step), in order
-    per kind; `load_failures` plans broken blocks. `lazy_offload`: store blocks only as they
-    near eviction. `load_failure_policy`: `fail` (upstream's default) errors the request,
-    `recompute` recomputes from the first broken block."""
+    """A KV connector and how the harness's worker plays its transfers: a load or store issued
+    in step s completes in the output of step s + latency (0: the same step), in order per
+    kind.
 
-    type: Literal["simple_cpu_offload"] = "simple_cpu_offload"
+    `type` "simple_cpu_offload": upstream's SimpleCPUOffloadConnector, a CPU tier of
+    `num_cpu_blocks` blocks; `load_failures` plans broken blocks; `lazy_offload`: store blocks
+    only as they near eviction; `load_failure_policy`: `fail` (upstream's default) errors the
+    request, `recompute` recomputes from the first broken block.
+
+    `type` "offloading": upstream's OffloadingConnector (`--kv-offloading-size`) with its CPU
+    backend, `num_cpu_chunks` chunks of `offloaded_block_size` tokens (None: the GPU block
+    size; else a multiple of it); `eviction_policy` lru | arc; `store_threshold`: offers a
+    chunk needs before it is stored (below 2: every offer); `offload_prompt_only`: store
+    prompt chunks only (upstream's default)."""
+
+    type: Literal["simple_cpu_offload", "offloading"] = "simple_cpu_offload"
     num_cpu_blocks: int = 1024
     lazy_offload: bool = False
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     load_latency_steps: int = 1
     store_latency_steps: int = 1
     load_failures: tuple[LoadFailure, ...] = ()
+    num_cpu_chunks: int = 1024
+    offloaded_block_size: int | None = None
+    eviction_policy: Literal["lru", "arc"] = "lru"
+    store_threshold: int = 0
+    offload_prompt_only: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        latency = {"load_latency_steps": self.load_latency_steps,
+                   "store_latency_steps": self.store_latency_steps}
+        if self.type == "offloading":
+            return {"type": self.type, "num_cpu_chunks": self.num_cpu_chunks,
+                    **({"offloaded_block_size": self.offloaded_block_size}
+                       if self.offloaded_block_size is not None else {}),
+                    "eviction_policy": self.eviction_policy,
+                    "store_threshold": self.store_threshold,
+                    "offload_prompt_only": self.offload_prompt_only, **latency}
         return {"type": self.type, "num_cpu_blocks": self.num_cpu_blocks,
                 "lazy_offload": self.lazy_offload,
-                "load_failure_policy": self.load_failure_policy,
-                "load_latency_steps": self.load_latency_steps,
-                "store_latency_steps": self.store_latency_steps,
+                "load_failure_policy": self.load_failure_policy, **latency,
                 **({"load_failures": [f.to_dict() for f in self.load_failures]}
                    if self.load_failures else {})}
 

@@ -83,6 +83,17 @@ class KVConnectorModel(_Strict):
     load_failures: list[LoadFailureModel] = Field(default_factory=list)
 
 
+class OffloadingModel(_Strict):
+    type: Literal["offloading"]
+    num_cpu_chunks: PosInt
+    offloaded_block_size: PosInt | None = None
+    eviction_policy: Literal["lru", "arc"] = "lru"
+    store_threshold: NonNegInt = 0
+    offload_prompt_only: bool = True
+    load_latency_steps: NonNegInt = 1
+    store_latency_steps: NonNegInt = 1
+
+
 class MultimodalModel(_Strict):
     max_num_encoder_input_tokens: PosInt = 2048
     encoder_cache_size: PosInt = 2048
@@ -119,7 +130,8 @@ class EngineConfigModel(_Strict):
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
     continuum: ContinuumModel | None = None
-    kv_connector: KVConnectorModel | None = None
+    kv_connector: Annotated[KVConnectorModel | OffloadingModel,
+                            Field(discriminator="type")] | None = None
     multimodal: MultimodalModel | None = None
     log_stats: bool = True
     runner: Literal["generate", "pooling"] = "generate"

@@ -31,6 +31,7 @@ from conformance.rundirs import check_output_file
 from conformance.sched.compare import LEVELS, check_level
 from conformance.sched.conform import ConformRun, WorkloadOutcome, run_conform
 from conformance.sched.divergences import DEFAULT_PATH, load_known
+from conformance.sched.offload_suite import OFFLOAD_MODES
 from conformance.sched.report.writer import (
     DEFAULT_REPORT_DIR,
     check_report_dir,
@@ -65,10 +66,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     conform.add_argument("--against", default="upstream", metavar="SPEC",
                          help="the reference system, a spec as for --system (default upstream, "
                               "i.e. the installed vLLM 0.32.0)")
-    conform.add_argument("--offload", choices=("eager", "lazy"), default=None,
-                         help="turn the CPU offload tier (SimpleCPUOffloadConnector) on for "
-                              "every workload, with the GPU pool cut to an eighth so prefixes "
-                              "come back from the CPU (`conformance.sched.offload_suite`)")
+    conform.add_argument("--offload", choices=OFFLOAD_MODES, default=None,
+                         help="turn a CPU offload tier on for every workload, with the GPU "
+                              "pool cut to an eighth so prefixes come back from the CPU: "
+                              "SimpleCPUOffloadConnector (eager | lazy) or the "
+                              "OffloadingConnector (offloading: LRU, 2-block chunks; "
+                              "offloading-arc: ARC) (`conformance.sched.offload_suite`)")
     _common(conform)
     conform.set_defaults(handler=_conform)
 

@@ -44,8 +44,8 @@ class Activity:
             encoder_evictions += len(record.freed_encoder_ids)
             transfers = record.transfers
             if transfers is not None:
-                loads += transfers.load_event >= 0
-                stores += transfers.store_event >= 0
+                loads += transfers.num_loads
+                stores += transfers.num_stores
             external += sum(tokens for _, tokens in record.external_hits)
             preemptions += len(record.preempted)
             resumed += len(record.scheduled_resumed)

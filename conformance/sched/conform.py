@@ -31,7 +31,7 @@ from tqdm import tqdm
 from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
 from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
-from conformance.sched.offload_suite import NOT_OFFLOADED, with_offload
+from conformance.sched.offload_suite import left_out, with_offload
 from conformance.sched.startup import start_systems, upstream_logs
 from conformance.sched.suite import SUITE, resolve_workload
 from conformance.systems.protocol import close_system
@@ -134,7 +134,7 @@ def run_conform(
     offload: str | None = None,
 ) -> ConformRun:
     """Run every workload (suite names, bundled names or files) and judge it at `level`;
-    `offload` (eager | lazy) turns the CPU offload tier on for each (`with_offload`)."""
+    `offload` (`OFFLOAD_MODES`) turns a CPU offload tier on for each (`with_offload`)."""
     import sys
 
     out = sys.stderr if stream is None else stream
@@ -146,11 +146,11 @@ def run_conform(
         resolved: list[tuple[Workload, int]] = [resolve_workload(n) for n in workload_names]
         if offload is not None:
             for w, _ in resolved:
-                if w.name in NOT_OFFLOADED:
-                    print(f"vtwin conform: {w.name}: left out with --offload: "
-                          f"{NOT_OFFLOADED[w.name]}", file=out, flush=True)
+                if (why := left_out(w.name, offload)) is not None:
+                    print(f"vtwin conform: {w.name}: left out with --offload {offload}: {why}",
+                          file=out, flush=True)
             resolved = [(with_offload(w, offload), every) for w, every in resolved
-                        if w.name not in NOT_OFFLOADED]
+                        if left_out(w.name, offload) is None]
         with upstream_logs(log_path) as counts:
             started = time.monotonic()
             if resolved:

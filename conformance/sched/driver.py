@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from conformance.sched.arrivals import Arrivals
+from conformance.sched.job_worker import JobWorker
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
@@ -35,10 +36,12 @@ from conformance.systems.protocol import (
     BlockIds,
     CacheEvent,
     ConnectorReport,
+    JobTransfers,
     RunnerOutput,
     Scheduled,
     System,
     SystemState,
+    Transfers,
     Update,
 )
 from workloads.model import RequestSpec, Workload
@@ -107,7 +110,10 @@ class Driver:
         self.runner = FakeRunner(workload, workload.config.async_scheduling)
         # The connector's worker side (`transfers`): None without a connector.
         connector = workload.config.kv_connector
-        self.transfers = None if connector is None else TransferWorker(connector)
+        self.transfers: TransferWorker | JobWorker | None = (
+            None if connector is None
+            else JobWorker(connector) if connector.type == "offloading"
+            else TransferWorker(connector))
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self.arrivals = Arrivals(workload)
         self._tables: dict[str, BlockIds] = {}
@@ -227,9 +233,14 @@ class Driver:
                  drafts_resolved: bool = False) -> RunnerOutput:
         """The model runner's output, with the connector worker's report of this step."""
         output = self.runner.execute(scheduled, drafts_resolved)
-        if self.transfers is None or scheduled.transfers is None:
+        if self.transfers is None or (scheduled.transfers is None and scheduled.jobs is None):
             return output
-        return replace(output, connector=self.transfers.run(step, scheduled.transfers))
+        transfers, worker = scheduled.transfers or scheduled.jobs, self.transfers
+        if isinstance(worker, JobWorker):
+            assert isinstance(transfers, JobTransfers)
+            return replace(output, connector=worker.run(step, transfers))
+        assert isinstance(transfers, Transfers)
+        return replace(output, connector=worker.run(step, transfers))
 
     def _capture_tables(self, scheduled: Scheduled) -> None:
         """Whole block tables of the scheduled requests whose table changed since this driver
@@ -296,7 +307,7 @@ class Driver:
             scheduler_stats=None if update is None else update.scheduler_stats,
             free_head=after.free_head,
             cached_digest=cached_digest(after.cached_ids),
-            transfers=None if s is None else s.transfers,
+            transfers=None if s is None else s.transfers or s.jobs,
             external_hits=() if s is None else s.external_hits,
             connector_report=self._report if applied is not None else None,
             cpu_blocks=after.cpu_blocks,

@@ -71,8 +71,8 @@ class Series:
             *((tuple(0 if t is None else t.active for t in tiers),
                tuple(0 if t is None else t.cached for t in tiers),
                tuple(0 if t is None else t.empty for t in tiers),
-               tuple(0 if t is None else len(t.load_blocks) for t in transfers),
-               tuple(0 if t is None else len(t.store_blocks) for t in transfers))
+               tuple(0 if t is None else t.num_loaded_blocks for t in transfers),
+               tuple(0 if t is None else t.num_stored_blocks for t in transfers))
               if has_cpu else ()),
         )
 

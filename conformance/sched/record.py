@@ -35,6 +35,7 @@ from conformance.systems.protocol import (
     CacheStats,
     ConnectorReport,
     EncoderCacheCounts,
+    JobTransfers,
     SchedulerStats,
     SpecDecodingCounts,
     TokenOutput,
@@ -93,7 +94,7 @@ class StepRecord:
     cached_digest: str | None = None
     # A KV connector (all None / empty without one): the step's transfers, the external hits
     # its admissions took, the worker's report applied in this step, the CPU tier's counts.
-    transfers: Transfers | None = None
+    transfers: Transfers | JobTransfers | None = None
     external_hits: tuple[tuple[str, int], ...] = ()
     connector_report: ConnectorReport | None = None
     cpu_blocks: BlockCounts | None = None

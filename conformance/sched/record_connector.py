@@ -7,15 +7,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from conformance.systems.protocol import BlockCounts, ConnectorReport, Transfers
+from conformance.systems.protocol import (
+    BlockCounts,
+    ConnectorReport,
+    JobTransfers,
+    OffloadJob,
+    Transfers,
+)
 
 
-def connector_json(t: Transfers | None, external_hits: Iterable[tuple[str, int]],
+def connector_json(t: Transfers | JobTransfers | None, external_hits: Iterable[tuple[str, int]],
                    r: ConnectorReport | None, c: BlockCounts | None) -> dict[str, Any]:
     """A `StepRecord`'s connector fields (transfers, external hits, the worker's report, the
     CPU tier's counts) in JSON; the record passes them in, so this module never needs it."""
     out: dict[str, Any] = {}
-    if t is not None:
+    if isinstance(t, JobTransfers):
+        out["jobs"] = {"load_jobs": [_job_json(j) for j in t.load_jobs],
+                       "store_jobs": [_job_json(j) for j in t.store_jobs],
+                       "jobs_to_flush": list(t.jobs_to_flush)}
+    elif t is not None:
         out["transfers"] = {
             "load_event": t.load_event, "load_blocks": [list(p) for p in t.load_blocks],
             "store_event": t.store_event, "store_blocks": [list(p) for p in t.store_blocks],
@@ -27,7 +37,9 @@ def connector_json(t: Transfers | None, external_hits: Iterable[tuple[str, int]]
     if r is not None:
         out["connector_report"] = {"finished_loads": list(r.finished_loads),
                                    "finished_stores": list(r.finished_stores),
-                                   "invalid_block_ids": list(r.invalid_block_ids)}
+                                   "invalid_block_ids": list(r.invalid_block_ids),
+                                   **({"completed_jobs": list(r.completed_jobs)}
+                                      if r.completed_jobs else {})}
     if c is not None:
         out["cpu_blocks"] = {"active": c.active, "cached": c.cached, "empty": c.empty}
     return out
@@ -43,13 +55,31 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
             tuple((g, c) for g, c in t["store_blocks"]),
             tuple((int(e), tuple(r)) for e, r in t["load_event_to_reqs"].items()),
             t["need_flush"])
+    jobs = data.get("jobs")
+    if jobs is not None:
+        out["transfers"] = JobTransfers(tuple(_job_of(j) for j in jobs["load_jobs"]),
+                                        tuple(_job_of(j) for j in jobs["store_jobs"]),
+                                        tuple(jobs["jobs_to_flush"]))
     if data.get("external_hits"):
         out["external_hits"] = tuple(data["external_hits"].items())
     r = data.get("connector_report")
     if r is not None:
         out["connector_report"] = ConnectorReport(tuple(r["finished_loads"]),
                                                   tuple(r["finished_stores"]),
-                                                  tuple(r["invalid_block_ids"]))
+                                                  tuple(r["invalid_block_ids"]),
+                                                  tuple(r.get("completed_jobs", ())))
     if data.get("cpu_blocks") is not None:
         out["cpu_blocks"] = BlockCounts(**data["cpu_blocks"])
     return out
+
+
+def _job_json(job: OffloadJob) -> dict[str, Any]:
+    return {"job_id": job.job_id, "req_id": job.req_id, "gpu_blocks": list(job.gpu_blocks),
+            "group_sizes": list(job.group_sizes), "block_indices": list(job.block_indices),
+            "cpu_slots": list(job.cpu_slots)}
+
+
+def _job_of(data: dict[str, Any]) -> OffloadJob:
+    return OffloadJob(data["job_id"], data["req_id"], tuple(data["gpu_blocks"]),
+                      tuple(data["group_sizes"]), tuple(data["block_indices"]),
+                      tuple(data["cpu_slots"]))

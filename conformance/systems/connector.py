@@ -1,7 +1,10 @@
 """Translating a KV connector between the canonical records and each system's own objects.
 
-The twin's `OffloadMetadata` and upstream's `SimpleCPUOffloadMetadata` share their field
-names, so one reader serves both. The worker's report goes back as each side's native
+Two connectors: upstream's SimpleCPUOffloadConnector (`simple_cpu_offload`) and its
+OffloadingConnector (`offloading`). The twin's `OffloadMetadata` and upstream's
+`SimpleCPUOffloadMetadata` share their field names, so one reader serves both; so do the twin's
+`OffloadingMetadata` and upstream's `OffloadingConnectorMetadata`, up to how each spells a
+job's GPU and CPU sides. The worker's report goes back as each side's native
 output; upstream gets `finished_recving` as a set that iterates in sorted order, because
 upstream walks that set to free pins and a plain set's order would depend on string hashing
 (PYTHONHASHSEED), which the harness does not let decide a block's place in an LRU queue.
@@ -11,15 +14,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.systems.protocol import BlockCounts, ConnectorReport, Transfers
+from conformance.systems.protocol import (
+    BlockCounts,
+    ConnectorReport,
+    JobTransfers,
+    OffloadJob,
+    Transfers,
+)
 from vtwin.errors import UserError
 from workloads.model import EngineConfig
 
 
-def transfers_of(meta: Any) -> Transfers | None:
+def split_transfers(meta: Any) -> tuple[Transfers | None, JobTransfers | None]:
+    """`Scheduled`'s `transfers` and `jobs` for a step's connector metadata (at most one)."""
+    found = transfers_of(meta)
+    if isinstance(found, JobTransfers):
+        return None, found
+    return found, None
+
+
+def transfers_of(meta: Any) -> Transfers | JobTransfers | None:
     """The canonical transfers of a step's connector metadata (None: no metadata)."""
-    if meta is None or not hasattr(meta, "load_gpu_blocks"):
-        return None  # no connector, or one whose metadata is not SimpleCPUOffload's
+    if meta is None:
+        return None
+    if hasattr(meta, "load_jobs"):
+        return JobTransfers(
+            tuple(_job(job_id, job, load=True) for job_id, job in meta.load_jobs.items()),
+            tuple(_job(job_id, job, load=False) for job_id, job in meta.store_jobs.items()),
+            tuple(sorted(meta.jobs_to_flush or ())))
+    if not hasattr(meta, "load_gpu_blocks"):
+        return None  # a connector whose metadata is neither
     return Transfers(
         load_event=meta.load_event,
         load_blocks=tuple(zip(meta.load_gpu_blocks, meta.load_cpu_blocks, strict=True)),
@@ -29,6 +53,20 @@ def transfers_of(meta: Any) -> Transfers | None:
             meta.load_event_to_reqs.items())),
         need_flush=bool(meta.need_flush),
     )
+
+
+def _job(job_id: int, job: Any, *, load: bool) -> OffloadJob:
+    """A job of either side: the twin's carries `gpu` and `cpu_slots`; upstream's carries a
+    GPU spec and a CPU spec as `src_spec` / `dst_spec` (GPU -> CPU for a store)."""
+    if hasattr(job, "gpu"):
+        gpu = job.gpu
+        return OffloadJob(job_id, job.req_id, gpu.block_ids, gpu.group_sizes,
+                          gpu.block_indices, job.cpu_slots)
+    gpu, cpu = (job.dst_spec, job.src_spec) if load else (job.src_spec, job.dst_spec)
+    return OffloadJob(job_id, job.req_id, tuple(int(b) for b in gpu.block_ids),
+                      tuple(int(n) for n in gpu.group_sizes),
+                      tuple(int(i) for i in gpu.block_indices),
+                      tuple(int(b) for b in cpu.block_ids))
 
 
 def pool_counts(pool: Any) -> BlockCounts:
@@ -50,13 +88,22 @@ class SortedSet(set[str]):
 
 
 def upstream_connector_output(report: ConnectorReport) -> Any:
-    """Upstream's `KVConnectorOutput` for the worker's report (SimpleCPUOffload's worker
-    reports finished stores in its worker metadata, one count per event)."""
+    """Upstream's `KVConnectorOutput` for the worker's report. SimpleCPUOffload's worker
+    reports finished stores in its worker metadata, one count per event; the
+    OffloadingConnector's reports every finished job there, one count per job."""
     from vllm.v1.outputs import KVConnectorOutput
-    from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
-    meta = (SimpleCPUOffloadWorkerMetadata({e: 1 for e in report.finished_stores})
-            if report.finished_stores else None)
+    meta: Any = None
+    if report.completed_jobs:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+            OffloadingWorkerMetadata,
+        )
+
+        meta = OffloadingWorkerMetadata(completed_jobs={j: 1 for j in report.completed_jobs})
+    elif report.finished_stores:
+        from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
+
+        meta = SimpleCPUOffloadWorkerMetadata({e: 1 for e in report.finished_stores})
     return KVConnectorOutput(
         finished_recving=SortedSet(report.finished_loads) or None,
         invalid_block_ids=set(report.invalid_block_ids),
@@ -70,32 +117,62 @@ def impl_connector_output(report: ConnectorReport) -> Any:
     return KVConnectorOutput(finished_recving=frozenset(report.finished_loads),
                              completed_store_events=tuple((e, 1) for e in
                                                           report.finished_stores),
+                             completed_jobs=tuple((j, 1) for j in report.completed_jobs),
                              invalid_block_ids=frozenset(report.invalid_block_ids))
 
 
 def offload_settings(config: EngineConfig) -> Any:
-    """The twin's `OffloadSettings` (None: no connector)."""
-    from impl.connector.types import OffloadSettings
+    """The twin's `OffloadSettings` or `OffloadingSettings` (None: no connector)."""
+    from impl.connector.types import OffloadingSettings, OffloadSettings
 
     c = config.kv_connector
     if c is None:
         return None
+    if c.type == "offloading":
+        return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
+                                  c.eviction_policy, c.store_threshold,
+                                  offload_prompt_only=c.offload_prompt_only)
     return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy)
+
+
+def blocks_per_chunk(config: EngineConfig) -> int:
+    """GPU blocks per offloaded chunk: the workload's offloaded block size over the GPU's (the
+    workload checks make it a whole number)."""
+    c = config.kv_connector
+    assert c is not None
+    return 1 if c.offloaded_block_size is None else c.offloaded_block_size // config.block_size
 
 
 def upstream_transfer_config(config: EngineConfig,
                              connector_class: tuple[str, str] | None = None) -> Any:
-    """Upstream's `KVTransferConfig` for SimpleCPUOffloadConnector, or for the plugged
-    `connector_class` (module, class: `vtwin connector-check`). The CPU pool's size comes
-    from a byte budget over the GPU cache's size: `kv_cache_tensors_for` gives the GPU cache
-    one byte per block, so `num_cpu_blocks` bytes make exactly that many CPU blocks."""
+    """Upstream's `KVTransferConfig` for the workload's connector, or for the plugged
+    `connector_class` (module, class: `vtwin connector-check`). Both size their CPU tier from a
+    byte budget over the GPU cache's size: `kv_cache_tensors_for` gives the GPU cache one byte
+    per block, so `num_cpu_blocks` bytes make exactly that many CPU blocks for
+    SimpleCPUOffload, and the OffloadingConnector, which pads each chunk's bytes up to its
+    buffer alignment, gets that padded size times `num_cpu_chunks`."""
     from vllm.config import KVTransferConfig
 
     c = config.kv_connector
     if c is None:
         return None
+    if c.type == "offloading" and connector_class is None:
+        from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+        align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
+        chunk_bytes = -(-blocks_per_chunk(config) // align) * align
+        extra: dict[str, Any] = {
+            "cpu_bytes_to_use": c.num_cpu_chunks * chunk_bytes,
+            "blocks_per_chunk": blocks_per_chunk(config),
+            "eviction_policy": c.eviction_policy,
+            "store_threshold": c.store_threshold,
+            "offload_prompt_only": c.offload_prompt_only,
+        }
+        return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+                                kv_connector_extra_config=extra)
     if c.type != "simple_cpu_offload":
-        raise UserError(f"kv_connector.type {c.type!r}: only 'simple_cpu_offload' is driven")
+        raise UserError(f"kv_connector.type {c.type!r}: a plugged connector is checked with "
+                        "'simple_cpu_offload' settings only")
     module, name = connector_class or (None, "SimpleCPUOffloadConnector")
     return KVTransferConfig(
         kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",

@@ -55,14 +55,73 @@ class Transfers:
     need_flush: bool
 
 
+    @property
+    def num_loads(self) -> int:
+        return int(self.load_event >= 0)
+
+    @property
+    def num_stores(self) -> int:
+        return int(self.store_event >= 0)
+
+    @property
+    def num_loaded_blocks(self) -> int:
+        return len(self.load_blocks)
+
+    @property
+    def num_stored_blocks(self) -> int:
+        return len(self.store_blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadJob:
+    """One OffloadingConnector transfer job: its id, request, GPU blocks (group after group,
+    `group_sizes` per group, starting at `block_indices` in each group's table) and CPU chunk
+    slots (a load's sources, a store's destinations)."""
+
+    job_id: int
+    req_id: str
+    gpu_blocks: tuple[int, ...]
+    group_sizes: tuple[int, ...]
+    block_indices: tuple[int, ...]
+    cpu_slots: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobTransfers:
+    """What the OffloadingConnector asks the worker to do in one step: load and store jobs in
+    the order they were made, and the jobs to finish before the step runs (sorted)."""
+
+    load_jobs: tuple[OffloadJob, ...]
+    store_jobs: tuple[OffloadJob, ...]
+    jobs_to_flush: tuple[int, ...]
+
+    @property
+    def num_loads(self) -> int:
+        return len(self.load_jobs)
+
+    @property
+    def num_stores(self) -> int:
+        return len(self.store_jobs)
+
+    @property
+    def num_loaded_blocks(self) -> int:
+        return sum(len(job.gpu_blocks) for job in self.load_jobs)
+
+    @property
+    def num_stored_blocks(self) -> int:
+        return sum(len(job.gpu_blocks) for job in self.store_jobs)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectorReport:
     """The worker's connector report for one step: requests whose loads finished (sorted),
-    store events finished (in completion order), GPU blocks whose load failed (sorted)."""
+    store events finished (in completion order), GPU blocks whose load failed (sorted), and
+    the OffloadingConnector's jobs finished (in completion order)."""
 
     finished_loads: tuple[str, ...] = ()
     finished_stores: tuple[int, ...] = ()
     invalid_block_ids: tuple[int, ...] = ()
+    completed_jobs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +138,11 @@ class Scheduled:
     preempted_req_ids: tuple[str, ...]
     num_common_prefix_blocks: tuple[int, ...]
     native: object = field(default=None, compare=False, repr=False)
-    transfers: Transfers | None = None  # None: no connector
+    # What the connector asks the worker to move (None: no connector): SimpleCPUOffload's
+    # events in `transfers`, the OffloadingConnector's jobs in `jobs` (two fields, not one
+    # union: the remote protocol's msgspec decodes no union of two dataclasses).
+    transfers: Transfers | None = None
+    jobs: JobTransfers | None = None
     external_hits: tuple[tuple[str, int], ...] = ()  # (request, tokens) taken from a connector
     # Multimodal: (request, indices of the items it encodes this step), in scheduling order,
     # and the encoder-cache entries evicted since the last step (what the worker drops).

@@ -20,7 +20,7 @@ from conformance.kv.systems import impl_spec
 from conformance.systems.connector import (
     impl_connector_output,
     offload_settings,
-    transfers_of,
+    split_transfers,
 )
 from conformance.systems.controls import drive_control
 from conformance.systems.protocol import (
@@ -137,7 +137,7 @@ class ImplSystem:
         # Counts, cached ids and integrity checks at the cost of what a step changed, not of
         # the pools' size (`impl.core.block_states`; issue 31).
         self.scheduler.kv_cache_manager.block_pool.track_changes()
-        if self.scheduler.connector is not None:
+        if hasattr(self.scheduler.connector, "cpu_block_pool"):
             self.scheduler.connector.cpu_block_pool.track_changes()
         if release is not None:
             self.name = f"impl=={release}"
@@ -214,6 +214,7 @@ class ImplSystem:
                           c.num_output_tokens[i],
                           None if c.new_block_ids[i] is None else block_ids(c.new_block_ids[i]))
             for i, rid in enumerate(c.req_ids))
+        transfers, jobs = split_transfers(out.kv_connector_metadata)
         return Scheduled(
             new_reqs=new,
             cached_reqs=cached,
@@ -225,7 +226,8 @@ class ImplSystem:
             preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
             num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
             native=out,
-            transfers=transfers_of(out.kv_connector_metadata),
+            transfers=transfers,
+            jobs=jobs,
             external_hits=tuple(self.scheduler.step_external_hits),
             encoder_inputs=tuple((rid, tuple(ids))
                                  for rid, ids in out.scheduled_encoder_inputs.items()),
@@ -297,8 +299,7 @@ class ImplSystem:
             cached_ids=pool.cached_block_ids(),
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
-            cpu_blocks=None if s.connector is None
-            else BlockCounts(*s.connector.cpu_block_pool.count_states()),
+            cpu_blocks=None if s.connector is None else BlockCounts(*s.connector.cpu_counts()),
             encoder_cache=None if self.config.multimodal is None else EncoderCacheCounts(
                 s.encoder_cache.num_free_slots, s.encoder_cache.num_freeable_slots,
                 tuple(sorted(s.encoder_cache.cached))),

@@ -23,7 +23,7 @@ from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies.controls import control_workloads
 from conformance.sched.strategies.grammar import grammar_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
-from conformance.sched.strategies.offload import offload_workloads
+from conformance.sched.strategies.offload import offload_workloads, offloading_workloads
 from conformance.sched.strategies.pooling import pooling_workloads
 from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
@@ -54,6 +54,20 @@ def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
                                                             workload: Workload) -> None:
     """The CPU offload tier on (`strategies_offload`): steered toward loads from the CPU and
     external hits, besides the preemptions and evictions above."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.loads), label="loads")
+    target(float(min(activity.external_hit_tokens, 512)), label="external hits")
+    target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+@given(offloading_workloads())
+def test_generated_offloading_workloads_match_upstream_exactly(pair: Pair,
+                                                               workload: Workload) -> None:
+    """Upstream's OffloadingConnector on (`strategies.offload.offloading_workloads`): steered
+    toward loads from the CPU, external hits and preemptions (which flush stores)."""
     result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
     note(dumps(workload))
     activity = result.activity

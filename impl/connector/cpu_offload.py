@@ -229,6 +229,17 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
 
     # -- state ------------------------------------------------------------------------------
+    def on_new_request(self, request: Request) -> None:
+        """Nothing to do: the tier keeps no state for a request before its lookup."""
+
+    def cpu_counts(self) -> tuple[int, int, int]:
+        """The CPU pool's (active, cached, empty) blocks."""
+        return self.cpu_block_pool.count_states()
+
+    def loading_finished(self) -> set[str]:
+        """Finished requests whose load is still in flight."""
+        return {rid for rid, state in self.reqs_to_load.items() if state.finished}
+
     def has_pending_stores(self) -> bool:
         return bool(self.pending_finished_stores or self.store_event_to_blocks)
 

@@ -38,6 +38,31 @@ class OffloadSettings:
                              f"(got {self.load_failure_policy!r})")
 
 
+@dataclass(frozen=True, slots=True)
+class OffloadingSettings:
+    """Upstream's OffloadingConnector (`--kv-offloading-size`) with its CPU backend.
+    `num_cpu_chunks`: the CPU tier's size in chunks (upstream derives it from a byte budget;
+    the twin takes the count). `blocks_per_chunk`: GPU blocks per offloaded chunk (the
+    offloaded block size over the GPU's). `eviction_policy`: `lru` or `arc`.
+    `store_threshold`: offers a chunk needs before it is stored (below 2: every offer).
+    `offload_prompt_only`: store prompt chunks only (upstream's default)."""
+
+    num_cpu_chunks: int
+    blocks_per_chunk: int = 1
+    eviction_policy: str = "lru"
+    store_threshold: int = 0
+    max_tracker_size: int = 64_000
+    offload_prompt_only: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("num_cpu_chunks", "blocks_per_chunk", "max_tracker_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"kv_connector.{name}: must be >= 1 (got {getattr(self, name)})")
+        if self.eviction_policy not in ("lru", "arc"):
+            raise ValueError("kv_connector.eviction_policy: must be 'lru' or 'arc' "
+                             f"(got {self.eviction_policy!r})")
+
+
 @dataclass(slots=True)
 class OffloadMetadata:
     """One step's transfers for the worker. At most one load event and one store event per
@@ -60,16 +85,20 @@ class OffloadMetadata:
 class KVConnectorOutput:
     """What the worker reports after a step. `finished_recving`: requests whose loads are done.
     `completed_store_events`: store event -> workers that finished it (one worker here).
+    `completed_jobs`: the OffloadingConnector's jobs (loads and stores) -> workers that
+    finished them, in the order they finished.
     `invalid_block_ids`: GPU blocks whose load failed (their KV is garbage). `failed_recving`:
     requests whose whole load failed."""
 
     finished_recving: frozenset[str] = frozenset()
     finished_sending: frozenset[str] = frozenset()
     completed_store_events: tuple[tuple[int, int], ...] = ()
+    completed_jobs: tuple[tuple[int, int], ...] = ()
     invalid_block_ids: frozenset[int] = frozenset()
     failed_recving: frozenset[str] = frozenset()
 
     def is_empty(self) -> bool:
         return not (self.finished_recving or self.finished_sending
-                    or self.completed_store_events or self.invalid_block_ids
+                    or self.completed_store_events or self.completed_jobs
+                    or self.invalid_block_ids
                     or self.failed_recving)

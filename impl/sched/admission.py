@@ -90,10 +90,15 @@ class Admission(SchedulerUpdates, AdmissionRules):
             if request.num_computed_tokens == 0:
                 hits, num_hit = kv.get_computed_blocks(request)
                 if self.connector is not None:
-                    num_external, load_async = self.connector.get_num_new_matched_tokens(
+                    matched, load_async = self.connector.get_num_new_matched_tokens(
                         request, num_hit)
                     if request.skip_reading_prefix_cache:
-                        num_external, load_async = 0, False
+                        matched, load_async = 0, False
+                    if matched is None:  # the connector cannot tell yet: ask next step
+                        skipped.append(queue.pop_request())
+                        self.deferred_waiting.add(request.request_id)
+                        continue
+                    num_external = matched
                 num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)

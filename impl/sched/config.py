@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
-from impl.connector.types import OffloadSettings
+from impl.connector.types import OffloadingSettings, OffloadSettings
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.continuum.settings import ContinuumSettings
 
@@ -39,9 +39,9 @@ class SchedulerConfig:
     behaviour: Behaviour = DEFAULT_BEHAVIOUR
     # KV pinning across agent tool calls (`impl.sched.continuum`); read under policy continuum.
     continuum: ContinuumSettings | None = None
-    # A CPU offload tier behind the KV connector interface (`impl.connector`); None: no
-    # connector.
-    kv_connector: OffloadSettings | None = None
+    # A CPU offload tier behind the KV connector interface (`impl.connector`): the
+    # SimpleCPUOffloadConnector's or the OffloadingConnector's; None: no connector.
+    kv_connector: OffloadSettings | OffloadingSettings | None = None
     # Multimodal models: embeddings the encoder may compute per step and the encoder cache's
     # size (0: a text-only model); whether a chunk may end inside an item's placeholders.
     max_num_encoder_input_tokens: int = 0

@@ -25,7 +25,12 @@ from collections import deque
 from mypy_extensions import trait
 
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
-from impl.connector.types import KVConnectorOutput
+from impl.connector.offloading.scheduler import (
+    OffloadingConnectorScheduler,
+    check_offloading_supported,
+)
+from impl.connector.protocol import SchedulerConnector
+from impl.connector.types import KVConnectorOutput, OffloadingSettings
 from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.single_type_manager import cdiv
@@ -42,16 +47,25 @@ class ConnectorPaths(SchedulerState):
     def _setup_connector(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         settings = config.kv_connector
         self.has_connector = settings is not None
-        # The offload tier needs prefix caching; without it the connector stays inert.
-        self.connector: SimpleCPUOffloadScheduler | None = None
-        if settings is not None and config.enable_prefix_caching:
-            check_offload_supported(config, kv_cache_config)
-            self.connector = SimpleCPUOffloadScheduler(
+        # SimpleCPUOffload needs prefix caching (without it, it stays inert); the
+        # OffloadingConnector runs either way.
+        self.connector: SchedulerConnector | None = None
+        self.recompute_kv_load_failures = False
+        if isinstance(settings, OffloadingSettings):
+            check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
+            self.connector = OffloadingConnectorScheduler(
                 settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
-                max_num_batched_tokens=config.max_num_batched_tokens, behaviour=config.behaviour)
-            self.connector.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
-        self.recompute_kv_load_failures = (settings is not None
-                                           and settings.load_failure_policy == "recompute")
+                enable_prefix_caching=config.enable_prefix_caching, behaviour=config.behaviour)
+        elif settings is not None:
+            self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
+            if config.enable_prefix_caching:
+                check_offload_supported(config, kv_cache_config)
+                cpu_tier = SimpleCPUOffloadScheduler(
+                    settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
+                    max_num_batched_tokens=config.max_num_batched_tokens,
+                    behaviour=config.behaviour)
+                cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
+                self.connector = cpu_tier
         self.defer_block_free = settings is not None and config.async_scheduling
         self.sched_step_seq = 0
         self.processed_step_seq = 0

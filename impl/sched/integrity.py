@@ -147,7 +147,7 @@ def _loading_finished(scheduler: SchedulerState) -> set[str]:
     connector = getattr(scheduler, "connector", None)
     if connector is None:
         return set()
-    loading = {rid for rid, state in connector.reqs_to_load.items() if state.finished}
+    loading: set[str] = connector.loading_finished()
     for rid in loading:
         request = scheduler.requests.get(rid)
         if request is None or not request.is_finished():

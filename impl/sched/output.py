@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.connector.offloading.jobs import OffloadingMetadata
 from impl.connector.types import KVConnectorOutput, OffloadMetadata
 
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
@@ -83,7 +84,7 @@ class SchedulerOutput:
     preempted_req_ids: set[str] | None
     num_common_prefix_blocks: list[int]
     # What the KV connector wants the worker to move this step (None: no connector).
-    kv_connector_metadata: OffloadMetadata | None
+    kv_connector_metadata: OffloadMetadata | OffloadingMetadata | None
     # Multimodal: the items each request encodes this step (indices into its features), and
     # encoder-cache entries evicted since the last step, for the worker to drop.
     scheduled_encoder_inputs: dict[str, list[int]]
@@ -100,7 +101,7 @@ class SchedulerOutput:
                  scheduled_spec_decode_tokens: dict[str, list[int]], finished_req_ids: set[str],
                  preempted_req_ids: set[str] | None = None,
                  num_common_prefix_blocks: list[int] | None = None,
-                 kv_connector_metadata: OffloadMetadata | None = None) -> None:
+                 kv_connector_metadata: OffloadMetadata | OffloadingMetadata | None = None) -> None:
         self.scheduled_new_reqs = scheduled_new_reqs
         self.scheduled_cached_reqs = scheduled_cached_reqs
         self.num_scheduled_tokens = num_scheduled_tokens

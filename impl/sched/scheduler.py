@@ -10,7 +10,7 @@ causes the preemption churn it would otherwise feed.
 
 from __future__ import annotations
 
-from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.protocol import SchedulerConnector
 from impl.connector.types import OffloadMetadata
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
@@ -38,7 +38,7 @@ class Scheduler(Admission):
     # Set by `ConnectorPaths._setup_connector`; declared here for the mypyc build, which
     # types this class's attributes from its own body.
     has_connector: bool
-    connector: SimpleCPUOffloadScheduler | None
+    connector: SchedulerConnector | None
     defer_block_free: bool
     sched_step_seq: int
     inflight_prefills: dict[str, Request]

@@ -52,6 +52,8 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
             self.deferred_waiting.add(request.request_id)  # skipped until its grammar compiles
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
+        if self.connector is not None:
+            self.connector.on_new_request(request)
         if self.continuum is not None:
             self.continuum.request_arrives(request)
 

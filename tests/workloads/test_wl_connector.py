@@ -81,3 +81,43 @@ def test_planned_failures_are_refused_on_several_kv_cache_groups() -> None:
         "(block ids are per group; this config has 2)")
     # Without planned failures the same hybrid config is fine.
     assert loads(text({"kv_connector": OFFLOAD, "kv_cache_groups": groups})).config.kv_connector
+
+
+OFFLOADING: dict[str, Any] = {"type": "offloading", "num_cpu_chunks": 8}
+
+
+def test_the_offloading_connector_round_trips_with_every_setting() -> None:
+    spec = {**OFFLOADING, "offloaded_block_size": 32, "eviction_policy": "arc",
+            "store_threshold": 2, "offload_prompt_only": False, "load_latency_steps": 0,
+            "store_latency_steps": 2}
+    workload = loads(text({"kv_connector": spec}))
+    assert workload.config.kv_connector == KVConnectorConfig(
+        "offloading", load_latency_steps=0, store_latency_steps=2, num_cpu_chunks=8,
+        offloaded_block_size=32, eviction_policy="arc", store_threshold=2,
+        offload_prompt_only=False)
+    assert loads(dumps(workload)) == workload
+    written = json.loads(dumps(workload).splitlines()[0])["config"]["kv_connector"]
+    assert "num_cpu_blocks" not in written and "lazy_offload" not in written
+
+
+# field (under config.kv_connector) -> (the OffloadingConnector as written, message substring)
+BAD_OFFLOADING: dict[str, tuple[dict[str, Any], str]] = {
+    "num_cpu_chunks": ({"type": "offloading"}, "required field is missing"),
+    "eviction_policy": ({**OFFLOADING, "eviction_policy": "fifo"}, "got 'fifo'"),
+    "offloaded_block_size": ({**OFFLOADING, "offloaded_block_size": 24},
+                             "24 is not a multiple of the GPU block size 16"),
+    "load_failures": ({**OFFLOADING, "load_failures": []}, "unknown field"),
+    "store_threshold": ({**OFFLOADING, "store_threshold": -2},
+                        "greater than or equal to 0 (got -2)"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD_OFFLOADING))
+def test_bad_offloading_input_is_one_line_naming_the_field(field: str) -> None:
+    spec, expected = BAD_OFFLOADING[field]
+    with pytest.raises(WorkloadError) as caught:
+        loads(text({"kv_connector": spec}), "w.jsonl")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"w.jsonl:1: field 'config.kv_connector.{field}': "), message
+    assert expected in message

@@ -21,7 +21,7 @@ from typing import Any
 
 from conformance.systems.connector import (
     kv_cache_tensors_for,
-    transfers_of,
+    split_transfers,
     upstream_connector_output,
 )
 from conformance.systems.controls import drive_control
@@ -285,6 +285,7 @@ class UpstreamSystem:
             )
             for i, rid in enumerate(c.req_ids)
         )
+        transfers, jobs = split_transfers(getattr(out, "kv_connector_metadata", None))
         return Scheduled(
             new_reqs=new,
             cached_reqs=cached,
@@ -296,7 +297,8 @@ class UpstreamSystem:
             preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
             num_common_prefix_blocks=tuple(out.num_common_prefix_blocks),
             native=out,
-            transfers=transfers_of(getattr(out, "kv_connector_metadata", None)),
+            transfers=transfers,
+            jobs=jobs,
             external_hits=self._take_external_hits(),
             encoder_inputs=encoder_inputs,
             freed_encoder_ids=freed_encoder_ids,
@@ -377,10 +379,24 @@ class UpstreamSystem:
             blocks=BlockCounts(*self._gpu_watch.block_counts()),
             free_head=self.free_head(pool.free_block_queue),
             cached_ids=self._gpu_watch.cached_ids(),
-            cpu_blocks=None if self._cpu_watch is None
-            else BlockCounts(*self._cpu_watch.block_counts()),
+            cpu_blocks=self._cpu_counts(),
             encoder_cache=encoder_counts(s, self.config),
         )
+
+    def _cpu_counts(self) -> BlockCounts | None:
+        """The CPU tier's (active, cached, empty): SimpleCPUOffload's pool as watched; the
+        OffloadingConnector's manager from its counters (chunks pinned by a load or being
+        written, chunks idle, slots free)."""
+        if self._cpu_watch is not None:
+            return BlockCounts(*self._cpu_watch.block_counts())
+        connector = getattr(self.scheduler, "connector", None)
+        manager = getattr(getattr(connector, "connector_scheduler", None), "manager", None)
+        if manager is None:
+            return None
+        empty = (len(manager._free_list) + manager._num_chunks
+                 - manager._num_allocated_chunks)
+        cached = manager._num_evictable_cache_chunks
+        return BlockCounts(manager._num_chunks - empty - cached, cached, empty)
 
     @staticmethod
     def free_head(queue: Any) -> tuple[int, ...] | None:

@@ -1,0 +1,115 @@
+"""`JobBook`: the OffloadingConnector's jobs in flight and what watches them.
+
+Loads and stores share one id counter. A job is done once every worker has reported it: a
+load's chunks are then unpinned, a store's become readable. A finished request's store reads
+GPU blocks the scheduler may hand out again, so those blocks are watched and a store reading
+one that is handed out is flushed (the worker finishes it before the step runs). A load's
+chunks are remembered while it is in flight (with prefix caching): a request hitting one waits.
+A reset discards every job; reports of jobs made before it are ignored.
+"""
+
+from __future__ import annotations
+
+from impl.connector.offloading.jobs import JobStatus, TransferJob
+from impl.connector.offloading.keys import OffloadKey
+from impl.connector.offloading.manager import CPUOffloadingManager
+from impl.connector.offloading.request_state import RequestOffload
+from impl.connector.types import KVConnectorOutput
+from vtwin.errors import IntegrityError
+
+
+class JobBook:
+    manager: CPUOffloadingManager
+    requests: dict[str, RequestOffload]
+
+    def __init__(self, enable_prefix_caching: bool) -> None:
+        self.jobs: dict[int, JobStatus] = {}
+        self.job_counter = 0
+        self.stale_job_threshold = 0  # jobs below it were made before a reset: ignored
+        # Block id -> store jobs reading it, for finished requests (whose blocks may be
+        # handed out again while the store is in flight).
+        self.watched_blocks: dict[int, set[int]] = {}
+        # Chunks a load in flight reads (prefix caching on): a request hitting one waits.
+        self.chunks_being_loaded: set[OffloadKey] | None = (
+            set() if enable_prefix_caching else None)
+        self.batch_loads: dict[int, TransferJob] = {}
+        self.batch_flush: set[int] = set()
+        self.batch_allocated: set[int] = set()
+
+    def _new_job_id(self) -> int:
+        job_id = self.job_counter
+        self.job_counter += 1
+        return job_id
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Jobs the worker finished: loads unpin their chunks, stores make theirs readable."""
+        for job_id, count in output.completed_jobs:
+            if job_id < self.stale_job_threshold:
+                continue
+            status = self.jobs[job_id]
+            status.pending_workers -= count
+            if status.pending_workers > 0:
+                continue
+            state = self.requests[status.req_id]
+            if status.is_store:
+                self.manager.complete_store(list(status.keys))
+            else:
+                self.manager.complete_load(list(status.keys))
+                if self.chunks_being_loaded:
+                    self.chunks_being_loaded.difference_update(status.keys)
+            if self.watched_blocks and state.request.is_finished():
+                for block_id in status.deferred_fence:
+                    watchers = self.watched_blocks[block_id]
+                    watchers.discard(job_id)
+                    if not watchers:
+                        del self.watched_blocks[block_id]
+            del self.jobs[job_id]
+            state.jobs.discard(job_id)
+            if state.finished_signalled and not state.jobs:
+                del self.requests[status.req_id]
+
+    # -- state -----------------------------------------------------------------------------
+    def has_pending_stores(self) -> bool:
+        """Jobs in flight: the engine keeps stepping to hear of them."""
+        return bool(self.jobs)
+
+    def cpu_counts(self) -> tuple[int, int, int]:
+        """The CPU tier's chunks: (pinned by a load or being written, idle, slots free)."""
+        manager = self.manager
+        empty = manager.slots.num_free()
+        return (manager.slots.capacity - empty - manager.num_idle, manager.num_idle, empty)
+
+    def gpu_pins(self) -> dict[int, int]:
+        return {}  # the connector holds no reference on a GPU block (it flushes instead)
+
+    def loading_finished(self) -> set[str]:
+        """Finished requests whose load is still in flight."""
+        return {status.req_id for status in self.jobs.values()
+                if not status.is_store and self.requests[status.req_id].request.is_finished()}
+
+    def check_integrity(self) -> None:
+        """The manager's own check, then every job belongs to a known request that lists it,
+        a request has one load or only stores, and the watched and loading sets match the
+        jobs in flight."""
+        self.manager.check_integrity()
+        listed: set[int] = set()
+        for req_id, state in self.requests.items():
+            loads = [j for j in state.jobs if j in self.jobs and not self.jobs[j].is_store]
+            if (not state.jobs <= self.jobs.keys() or (loads and len(state.jobs) > 1)
+                    or any(self.jobs[j].req_id != req_id for j in state.jobs)):
+                raise IntegrityError(f"offloading: {req_id}'s jobs {sorted(state.jobs)} are "
+                                     "unknown, another request's, or mix a load with others")
+            listed |= state.jobs
+        if listed != self.jobs.keys():
+            raise IntegrityError(f"offloading: jobs {sorted(self.jobs.keys() ^ listed)} are "
+                                 "in flight without a request, or the other way round")
+        for block_id, watchers in self.watched_blocks.items():
+            if not watchers or not watchers <= self.jobs.keys():
+                raise IntegrityError(f"offloading: block {block_id} is watched for jobs "
+                                     f"{sorted(watchers)} not in flight")
+        if self.chunks_being_loaded is not None:
+            loading = {key for status in self.jobs.values() if not status.is_store
+                       for key in status.keys}
+            if loading != self.chunks_being_loaded:
+                raise IntegrityError("offloading: the chunks being loaded are not those of "
+                                     "the loads in flight")

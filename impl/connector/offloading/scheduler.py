@@ -1,0 +1,295 @@
+"""`OffloadingConnectorScheduler`: the scheduler side of upstream's OffloadingConnector.
+
+`--kv-offloading-size` keeps a copy of computed prompt chunks in a CPU tier (the offloading
+manager, `manager`) and loads them back when a later request's prompt continues past its GPU
+prefix hit. Per step the scheduler side does three things:
+
+* **Lookups.** At admission, the request's chunks past its local hit are looked up in the
+  manager, one group at a time, in prefix order; the hit stops at the first chunk absent, and
+  a chunk still being written (or one another request is loading right now) makes the
+  request wait a step instead (`None`). A hit loads asynchronously: once the scheduler has
+  allocated GPU blocks for it, `update_state_after_alloc` pins the chunks and makes a load
+  job, and the request waits for the worker to report it.
+* **Stores.** Every step, each scheduled request (and each request finished since the last
+  step) offers the chunks it has computed, allocated and keyed that it has not offered yet
+  (prompt chunks only, by default); the manager picks slots (evicting by its policy) and the
+  scheduler makes one store job per request with the GPU blocks to copy. The GPU blocks are
+  not pinned: a finished request's blocks are watched instead, and a store whose blocks are
+  handed out again, or whose request is preempted, is flushed (the worker finishes it before
+  the step runs).
+* **Completions.** The worker reports finished jobs; a load's chunks are unpinned, a store's
+  chunks become readable. A request's bookkeeping goes once it has finished and its last job
+  is done.
+
+Stores live in `stores` (`StoreOffers`), the jobs in flight and their completions in
+`job_book` (`JobBook`); this module keeps lookups, loads, the step's bookkeeping and resets.
+
+Only full-attention groups are twinned: sliding-window, chunked-local and mamba groups
+(windowed lookups, sparse stores, partial-tail hand-offs) are not, and
+`check_offloading_supported` says so; nor are EAGLE/MTP drafter groups (the workload format
+has no drafter model), tiering backends (they need their storage services) or the
+per-request `kv_transfer_params` caps (the workload format has no such field).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
+from impl.connector.offloading.jobs import (
+    GPUBlocks,
+    JobStatus,
+    OffloadingMetadata,
+    TransferJob,
+)
+from impl.connector.offloading.keys import LookupResult, OffloadKey, RequestContext
+from impl.connector.offloading.manager import CPUOffloadingManager
+from impl.connector.offloading.request_state import GroupShape, RequestOffload
+from impl.connector.offloading.stores import StoreOffers
+from impl.connector.types import OffloadingSettings
+from impl.core.specs import FullAttentionSpec, KVCacheConfig
+
+if TYPE_CHECKING:
+    from impl.core.kv_cache_manager import KVCacheBlocks
+    from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_offloading_supported(kv_cache_config: KVCacheConfig, hash_block_size: int) -> None:
+    """Configurations the twin's OffloadingConnector does not model, refused by field."""
+    for index, group in enumerate(kv_cache_config.kv_cache_groups):
+        if type(group.kv_cache_spec) is not FullAttentionSpec:
+            raise ValueError(f"kv_connector: the OffloadingConnector with a "
+                             f"{type(group.kv_cache_spec).__name__} group (group {index}) is "
+                             "not implemented by the twin; only full-attention groups are")
+        if group.kv_cache_spec.block_size % hash_block_size:
+            raise ValueError(f"kv_connector: group {index}'s block size is not a multiple of "
+                             f"hash_block_size {hash_block_size}")
+
+
+class OffloadingConnectorScheduler(StoreOffers):
+    def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
+                 hash_block_size: int, enable_prefix_caching: bool = True,
+                 behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
+        self.settings = settings
+        self.behaviour = behaviour
+        self.blocks_per_chunk = settings.blocks_per_chunk
+        self.shapes = tuple(
+            GroupShape(index, group.kv_cache_spec.block_size,
+                       group.kv_cache_spec.block_size * settings.blocks_per_chunk,
+                       group.kv_cache_spec.block_size * settings.blocks_per_chunk
+                       // hash_block_size)
+            for index, group in enumerate(kv_cache_config.kv_cache_groups))
+        self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
+        self.manager = CPUOffloadingManager(
+            settings.num_cpu_chunks, settings.eviction_policy,
+            store_threshold=settings.store_threshold,
+            max_tracker_size=settings.max_tracker_size, behaviour=behaviour)
+        self.requests: dict[str, RequestOffload] = {}
+        super().__init__(enable_prefix_caching)
+
+    # -- requests arriving and leaving -----------------------------------------------------
+    def on_new_request(self, request: Request) -> None:
+        state = RequestOffload.new(request, self.shapes)
+        self.manager.on_new_request(state.context)
+        self.requests[request.request_id] = state
+
+    def request_finished(self, request: Request,
+                         block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
+        """Key the request's last chunks (stored by the next step's store pass) and watch the
+        blocks its stores in flight read. Never delays the free: the watch does that job."""
+        state = self.requests.get(request.request_id)
+        if state is None:  # never seen: the manager hears of it and of its end at once
+            context = RequestContext(request.request_id)
+            self.manager.on_new_request(context)
+            self.manager.on_request_finished(context)
+            return False, None
+        state.extend_keys(self.shapes)
+        for job_id in state.jobs:
+            for block_id in self.jobs[job_id].deferred_fence:
+                self.watched_blocks.setdefault(block_id, set()).add(job_id)
+        return False, None
+
+    # -- lookups and loads -----------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Request,
+                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+        """Tokens past the local hit the CPU tier can load (None: ask again next step), and
+        whether they load asynchronously (whenever there are any)."""
+        state = self.requests[request.request_id]
+        restart = self.behaviour.offloading_lookup_restarts_stores
+        for group in state.groups:
+            group.block_ids.clear()
+            if restart:
+                group.next_stored_chunk = 0  # restarting at token 0: offer every chunk again
+        if state.jobs:
+            return None, False  # its own transfers are still in flight
+        state.extend_keys(self.shapes)
+        state.num_local_tokens = num_computed_tokens
+        hit: int | None = 0 if request.skip_reading_prefix_cache else self._lookup(state)
+        return hit, bool(hit)
+
+    def _lookup(self, state: RequestOffload) -> int | None:
+        """The longest run of chunks every group holds past the local hit, in tokens; None if
+        a chunk of it is still being written or loaded."""
+        num_local = state.num_local_tokens
+        max_hit = state.request.num_tokens
+        num_hit = 0
+        deferred = False
+        pending = range(len(self.shapes))
+        while pending:
+            groups, pending = pending, range(0)
+            for index in groups:
+                shape, group = self.shapes[index], state.groups[index]
+                per_chunk = shape.tokens_per_chunk
+                max_hit = min(max_hit, len(group.keys) * per_chunk)
+                if max_hit - num_local < per_chunk:
+                    return 0
+                start = num_local // per_chunk
+                end = min(_cdiv(max_hit, per_chunk), len(group.keys))
+                found = self._prefix_hits(group.keys[start:end])
+                if found == 0:
+                    return 0
+                if found is None:
+                    deferred = True
+                else:
+                    max_hit = min(max_hit, per_chunk * (start + found))
+                new_hit = max_hit - num_local
+                if new_hit < per_chunk:
+                    return 0
+                if new_hit < num_hit and deferred:
+                    deferred = False  # a shorter hit: ask every group again
+                    pending = range(len(self.shapes))
+                num_hit = new_hit
+        if deferred:
+            return None
+        if self.chunks_being_loaded:
+            end_tokens = num_local + num_hit
+            for shape, group in zip(self.shapes, state.groups, strict=True):
+                keys = group.keys[num_local // shape.tokens_per_chunk:
+                                  _cdiv(end_tokens, shape.tokens_per_chunk)]
+                if any(key in self.chunks_being_loaded for key in keys):
+                    return None
+        return num_hit
+
+    def _prefix_hits(self, keys: list[OffloadKey]) -> int | None:
+        """Chunks found from the start of `keys` (None: one of them is still being written)."""
+        found = 0
+        deferred = False
+        for key in keys:
+            result = self.manager.lookup(key)
+            if result is LookupResult.MISS:
+                break
+            deferred |= result is LookupResult.HIT_PENDING
+            found += 1
+        return None if deferred else found
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int) -> None:
+        """The GPU blocks for the hit are allocated: pin the chunks and make the load job.
+
+        Only a loading admission's blocks are noted as handed out here (0.32); 0.33 notes every
+        admission's, which the scheduler's output lists anyway (`_follow_block_tables`), so
+        with one connector the two releases flush the same stores."""
+        if num_external_tokens == 0:
+            return
+        state = self.requests[request.request_id]
+        num_local = state.num_local_tokens
+        num_cached = num_local + num_external_tokens
+        keys: list[OffloadKey] = []
+        block_ids: list[int] = []
+        sizes: list[int] = []
+        starts: list[int] = []
+        for shape, group in zip(self.shapes, state.groups, strict=True):
+            table = blocks.blocks[shape.group]
+            self.batch_allocated.update(b.block_id for b in table if b.block_id != 0)
+            num_blocks = _cdiv(num_cached, shape.tokens_per_block)
+            start = num_blocks
+            for index in range(_cdiv(num_local, shape.tokens_per_block), num_blocks):
+                if not table[index].is_null and table[index].block_hash is None:
+                    start = index  # the first block the load fills
+                    break
+            num_chunks = _cdiv(num_cached, shape.tokens_per_chunk)
+            if start < num_blocks:
+                keys.extend(group.keys[start // self.blocks_per_chunk:num_chunks])
+            block_ids.extend(b.block_id for b in table[start:num_blocks])
+            sizes.append(num_blocks - start)
+            starts.append(start)
+            group.next_stored_chunk = num_chunks  # chunk-level policy: hits are not re-stored
+        slots = self.manager.prepare_load(keys, state.context)
+        job_id = self._new_job_id()
+        self.batch_loads[job_id] = TransferJob(
+            request.request_id, GPUBlocks(tuple(block_ids), tuple(sizes), tuple(starts)),
+            tuple(slots))
+        state.jobs.add(job_id)
+        self.jobs[job_id] = JobStatus(request.request_id, 1, set(keys), is_store=False)
+        if self.chunks_being_loaded is not None:
+            self.chunks_being_loaded.update(keys)
+
+    # -- every step --------------------------------------------------------------------------
+    def build_connector_meta(self, output: SchedulerOutput) -> OffloadingMetadata:
+        self._follow_block_tables(output)
+        for req_id in output.preempted_req_ids or ():
+            state = self.requests.get(req_id)
+            if state is not None:
+                self.batch_flush.update(state.jobs)  # only stores: a load is never preempted
+        if self.watched_blocks and not self.watched_blocks.keys().isdisjoint(
+                self.batch_allocated):
+            for block_id in self.batch_allocated:
+                self.batch_flush.update(self.watched_blocks.get(block_id, ()))
+        meta = OffloadingMetadata(self.batch_loads, self._store_jobs(output), self.batch_flush)
+        for req_id in output.finished_req_ids:
+            state = self.requests.get(req_id)
+            if state is None:
+                continue
+            state.finished_signalled = True
+            self.manager.on_request_finished(state.context)
+            if not state.jobs:
+                del self.requests[req_id]
+        self.batch_loads = {}
+        self.batch_flush = set()
+        self.batch_allocated = set()
+        return meta
+
+    def _follow_block_tables(self, output: SchedulerOutput) -> None:
+        """Mirror the block tables the step hands out (a resumed request's is replaced)."""
+        cached = output.scheduled_cached_reqs
+        updates = chain(((new.req_id, new.block_ids, False) for new in output.scheduled_new_reqs),
+                        ((req_id, new_ids, req_id in cached.resumed_req_ids)
+                         for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids,
+                                                    strict=True)))
+        for req_id, new_ids, resumed in updates:
+            state = self.requests[req_id]
+            state.extend_keys(self.shapes)
+            if resumed:
+                for group in state.groups:
+                    group.block_ids.clear()
+            if new_ids:
+                for shape, group in zip(self.shapes, state.groups, strict=True):
+                    group.block_ids.extend(new_ids[shape.group])
+                    self.batch_allocated.update(b for b in new_ids[shape.group] if b != 0)
+
+    def reset_cache(self) -> None:
+        """Forget every chunk: jobs in flight are flushed and their reports ignored, finished
+        requests forgotten, running ones offer their chunks again from the first."""
+        self.batch_flush.update(self.jobs)
+        for req_id, state in list(self.requests.items()):
+            if state.request.is_finished():
+                if not state.finished_signalled:
+                    self.manager.on_request_finished(state.context)
+                del self.requests[req_id]
+        self.manager.reset_cache()
+        for state in self.requests.values():
+            for group in state.groups:
+                group.next_stored_chunk = 0
+            state.jobs.clear()
+        self.stale_job_threshold = self.job_counter
+        self.jobs.clear()
+        self.watched_blocks.clear()
+        if self.chunks_being_loaded is not None:
+            self.chunks_being_loaded.clear()
+

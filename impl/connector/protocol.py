@@ -1,0 +1,54 @@
+"""`SchedulerConnector`: what the scheduler asks of a KV connector's scheduler side.
+
+Two connectors implement it: the CPU offload tier (`cpu_offload`, upstream's
+SimpleCPUOffloadConnector) and the OffloadingConnector (`offloading.scheduler`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from impl.connector.offloading.jobs import OffloadingMetadata
+    from impl.connector.types import KVConnectorOutput, OffloadMetadata
+    from impl.core.kv_cache_manager import KVCacheBlocks
+    from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
+
+
+class SchedulerConnector(Protocol):
+    group_block_sizes: list[int]
+
+    def on_new_request(self, request: Request) -> None:
+        """A request arrived (before any lookup)."""
+
+    def get_num_new_matched_tokens(self, request: Request,
+                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+        """Tokens past the local hit the connector supplies (None: ask again next step) and
+        whether they arrive asynchronously."""
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int) -> None: ...
+
+    def build_connector_meta(self, output: SchedulerOutput
+                             ) -> OffloadMetadata | OffloadingMetadata: ...
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None: ...
+
+    def request_finished(self, request: Request,
+                         block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
+        """The request finished; True if its blocks must outlive it."""
+
+    def has_pending_stores(self) -> bool:
+        """Transfers in flight that the engine must keep stepping to hear of."""
+
+    def gpu_pins(self) -> dict[int, int]:
+        """GPU block id -> references the connector holds on it."""
+
+    def cpu_counts(self) -> tuple[int, int, int]:
+        """The CPU tier's (active, cached, empty) blocks or chunks."""
+
+    def loading_finished(self) -> set[str]:
+        """Finished requests whose load is still in flight (they keep their blocks)."""
+
+    def check_integrity(self) -> None: ...
