@@ -102,3 +102,22 @@ def test_a_request_the_pool_can_never_hold_blocks_the_queue_forever() -> None:
     assert stall is not None and stall.agreed
     assert "waiting request long not admitted" in str(stall.right)
     assert stall.right_state.waiting == ("long", "after") and not stall.right_state.running
+
+
+def test_offloading_loads_leave_the_in_flight_prefill_its_blocks_45388() -> None:
+    """vllm#45387 / #45388, scaled down: two prefixes only on the OffloadingConnector's CPU
+    tier, two longer requests extending them sent at once. The report's deadlock (both
+    admitted as loads reserving only the loaded prefix; the head's remaining prefill never
+    fits) does not reproduce on 0.32.0 (nor on 0.33.0, by `vtwin conform --against
+    vllm==0.33.0`): admitting B1's load
+    must leave A1 the blocks its prefill still needs, so B1 loads only once A1 has finished,
+    and both finish, step for step alike on the twin. Fails the day either loads while the
+    other is in flight, or the run stalls."""
+    workload = load(str(BUGS / "offloading-load-reserve-45388.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          integrity_every=1)
+    assert result.error is None and result.stall is None
+    assert result.divergence_at("exact") is None
+    assert result.activity.loads == 2 and result.activity.external_hit_tokens == 1600
+    series = result.right_series
+    assert max(series.running) == 1  # never both at once: B1 waits for A1

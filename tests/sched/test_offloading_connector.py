@@ -202,3 +202,44 @@ def test_a_lookup_moves_the_store_cursor_back_in_033_only(release: str, cursor: 
     matched = connector(scheduler).get_num_new_matched_tokens(scheduler.requests["a"], 0)
     assert matched == (None, False)  # its store is still in flight: ask again later
     assert state.groups[0].next_stored_chunk == cursor
+
+
+def test_a_store_refused_for_room_is_offered_again_until_it_fits() -> None:
+    """Two CPU chunks, both being written for `a`: `b`'s chunk cannot evict either, so the
+    manager refuses the offer whole; `b` offers it again every step, and once `a`'s store is
+    done (its chunks idle) the offer evicts `a`'s least recent chunk and is stored."""
+    scheduler = offloading_scheduler(num_cpu_chunks=2)
+    scheduler.add_request(make_request("a", range(10, 19), BLOCK, max_tokens=5))  # 2 chunks
+    scheduler.add_request(make_request("b", range(50, 55), BLOCK, max_tokens=5))  # 1 chunk
+    _, meta = run_step(scheduler)
+    assert [(job.req_id, job.cpu_slots) for job in meta.store_jobs.values()] == [("a", (0, 1))]
+    _, meta = run_step(scheduler, done=(0,))  # refused again: a's chunks are still writing
+    assert not meta.store_jobs
+    _, meta = run_step(scheduler)
+    assert [(job.req_id, job.gpu.block_ids, job.cpu_slots)
+            for job in meta.store_jobs.values()] == [("b", (4,), (0,))]
+
+
+def test_a_preempted_requests_stores_in_flight_are_flushed_in_that_step() -> None:
+    """Four GPU blocks: `a` and `b` prefill two blocks each and store them (jobs 0 and 1, not
+    reported yet); `a`'s first decode needs a third block, so `b` is preempted and its store
+    is flushed with the step (its blocks go back to the pool)."""
+    scheduler = offloading_scheduler(num_blocks=5)
+    scheduler.add_request(make_request("a", range(10, 18), BLOCK, max_tokens=10))
+    scheduler.add_request(make_request("b", range(50, 58), BLOCK, max_tokens=10))
+    _, meta = run_step(scheduler)
+    assert [job.req_id for job in meta.store_jobs.values()] == ["a", "b"]
+    output, meta = run_step(scheduler)
+    assert output.preempted_req_ids == {"b"}
+    assert meta.jobs_to_flush == {1}
+
+
+def test_a_finished_request_never_stores_the_chunk_its_last_token_ends() -> None:
+    """Decode chunks offloaded too: 13 prompt + 3 sampled tokens end a chunk at token 16,
+    but the last sampled token's KV is never computed, so that chunk is not stored."""
+    scheduler = offloading_scheduler(offload_prompt_only=False)
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))
+    stored = [job.gpu.block_ids for _ in range(5)
+              for job in run_step(scheduler)[1].store_jobs.values()]
+    assert "a" not in scheduler.requests
+    assert stored == [(1, 2, 3)]
