@@ -46,9 +46,10 @@ class LockstepTiming:
                 f"in {self.seconds:.1f} s, {self.steps_per_second:.1f} steps/s")
 
 
-def connector_workloads() -> tuple[Any, Any]:
+def connector_workloads(kind: str = "simple_cpu_offload") -> tuple[Any, Any]:
     """The case without and with the CPU tier (requests, plans and aborts of the first
-    `NUM_REQUESTS` rows of the trace)."""
+    `NUM_REQUESTS` rows of the trace): SimpleCPUOffload's eager tier of `CPU_BLOCKS` blocks,
+    or (`offloading`) the OffloadingConnector's LRU tier of as many one-block chunks."""
     import workloads
     from workloads.model import KVConnectorConfig
 
@@ -60,7 +61,8 @@ def connector_workloads() -> tuple[Any, Any]:
         plans=tuple(p for p in whole.plans if p.request_id in ids),
         aborts=tuple(a for a in whole.aborts if a.request_id in ids),
         config=replace(whole.config, num_blocks=GPU_BLOCKS))
-    tier = KVConnectorConfig(num_cpu_blocks=CPU_BLOCKS)
+    tier = (KVConnectorConfig("offloading", num_cpu_chunks=CPU_BLOCKS) if kind == "offloading"
+            else KVConnectorConfig(num_cpu_blocks=CPU_BLOCKS))
     return base, replace(base, config=replace(base.config, kv_connector=tier))
 
 
@@ -105,13 +107,14 @@ class ConnectorCost:
                 f"faster of {self.rounds} runs each)")
 
 
-def time_connector_cost(rounds: int = 2) -> ConnectorCost:
+def time_connector_cost(rounds: int = 2, kind: str = "simple_cpu_offload") -> ConnectorCost:
     """Both runs, alternating for `rounds` rounds, the faster of each kept (a neighbour's
     load slows a run, nothing speeds one up). Upstream is imported before the clock starts."""
     import conformance.systems.upstream.system  # noqa: F401  (vllm's import, ~6 s)
 
-    without, with_tier = connector_workloads()
-    tier = f"CPU offload (eager, {CPU_BLOCKS:,} blocks)"
+    without, with_tier = connector_workloads(kind)
+    tier = (f"OffloadingConnector (LRU, {CPU_BLOCKS:,} chunks)" if kind == "offloading"
+            else f"CPU offload (eager, {CPU_BLOCKS:,} blocks)")
     runs: dict[str, list[LockstepTiming]] = {"none": [], tier: []}
     for index in range(rounds):
         order = ("none", tier) if index % 2 == 0 else (tier, "none")

@@ -67,11 +67,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "then with the twin as scheduler_cls: tokens/s, schedule + update "
                              "ms per step and its share of the step; then the same two on the "
                              "fake runner (a stub model, the bundled mooncake replay)")
-    parser.add_argument("--connector", action="store_true",
+    parser.add_argument("--connector", nargs="?", const="simple_cpu_offload", default=None,
+                        choices=("simple_cpu_offload", "offloading"),
                         help="what a KV connector costs the harness: a lockstep conformance "
                              "run of the first 300 Mooncake requests (9,000 GPU blocks) "
-                             "without and with an eager 40,000-block CPU tier, in steps/s "
-                             "(target: with >= 50%% of without)")
+                             "without and with a 40,000-block CPU tier (SimpleCPUOffload, "
+                             "eager; or 'offloading': the OffloadingConnector, LRU), in "
+                             "steps/s (target: with >= 50%% of without)")
     parser.add_argument("--systems", default="impl,upstream", metavar="LIST",
                         help="with --trace: the systems, in order (default impl,upstream; "
                              "'dropin': the twin behind upstream's scheduler interface, the "
@@ -206,7 +208,7 @@ def run_connector_cost(args: argparse.Namespace) -> int:
     if not upstream_available():
         raise UserError("upstream vLLM is not installed: the lockstep run compares against it")
     check_output_file(args.json, "--json")
-    cost = time_connector_cost()
+    cost = time_connector_cost(kind=args.connector)
     _emit([cost.without, cost.with_connector], cost.line(), args.json)
     return 0 if cost.met else 1
 

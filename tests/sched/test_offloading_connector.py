@@ -243,3 +243,22 @@ def test_a_finished_request_never_stores_the_chunk_its_last_token_ends() -> None
               for job in run_step(scheduler)[1].store_jobs.values()]
     assert "a" not in scheduler.requests
     assert stored == [(1, 2, 3)]
+
+
+def test_the_manager_is_walked_every_64th_check_and_its_counters_checked_between() -> None:
+    """A corrupted catalogue entry is caught by the next full walk (the first check, then
+    every 64th); a miscounted idle total by the next check of any kind."""
+    scheduler = offloading_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=30))
+    run_step(scheduler, done=())  # check 0: a full walk
+    manager = connector(scheduler).manager
+    chunk = next(manager.policy.get(key) for key in manager.policy.cached_keys())
+    assert chunk is not None
+    chunk.ref_cnt = 5  # wrong, but only a walk looks at a chunk
+    for _ in range(63):
+        scheduler.check_integrity()  # checks 1-63: counters only
+    with pytest.raises(IntegrityError, match="writes counted"):
+        scheduler.check_integrity()  # check 64 walks
+    manager.num_idle = manager.slots.capacity + 1
+    with pytest.raises(IntegrityError, match="idle and"):
+        connector(scheduler).check_integrity()

@@ -231,6 +231,14 @@ class CPUOffloadingManager:
         skipped = self.tracker.take_skipped() if self.tracker is not None else None
         return OffloadStats(usage, writing, max(usage - writing, 0.0), sizes, skipped)
 
+    def check_counts(self) -> None:
+        """The counters alone, O(1): idle and written chunks are held ones."""
+        held = self.slots.handed_out - len(self.slots.given_back)
+        require(0 <= self.num_idle and 0 <= self.num_writing
+                and self.num_idle + self.num_writing <= held,
+                f"offloading: {self.num_idle} idle and {self.num_writing} written chunks "
+                f"counted, {held} held")
+
     def check_integrity(self) -> None:
         self.policy.check_integrity()
         chunks = [chunk for key in self.policy.cached_keys()

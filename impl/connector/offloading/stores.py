@@ -29,8 +29,6 @@ class StoreOffers(JobBook):
     blocks_per_chunk: int
 
     def _store_jobs(self, output: SchedulerOutput) -> dict[int, TransferJob]:
-        from impl.sched.request import RequestStatus
-
         jobs: dict[int, TransferJob] = {}
         per_chunk = self.blocks_per_chunk
         scheduled = output.num_scheduled_tokens
@@ -39,7 +37,7 @@ class StoreOffers(JobBook):
             if state is None:
                 continue
             request = state.request
-            if request.status == RequestStatus.FINISHED_ABORTED:
+            if request.is_finished() and request.get_finished_reason() == "abort":
                 num_tokens = request.num_computed_tokens
             elif request.is_finished():
                 # The last sampled token's KV is never computed: a chunk ending there is not.
