@@ -17,7 +17,6 @@ from impl.connector.offloading.request_state import RequestOffload
 from impl.connector.types import KVConnectorOutput
 from vtwin.errors import IntegrityError
 
-
 FULL_WALK_EVERY = 64
 """`check_integrity` walks the manager's whole catalogue on its first call and every this many
 calls after (a walk over a 40,000-chunk tier is ~90 ms, every step a lockstep run's cost many

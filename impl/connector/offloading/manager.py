@@ -234,7 +234,7 @@ class CPUOffloadingManager:
     def check_counts(self) -> None:
         """The counters alone, O(1): idle and written chunks are held ones."""
         held = self.slots.handed_out - len(self.slots.given_back)
-        require(0 <= self.num_idle and 0 <= self.num_writing
+        require(self.num_idle >= 0 and self.num_writing >= 0
                 and self.num_idle + self.num_writing <= held,
                 f"offloading: {self.num_idle} idle and {self.num_writing} written chunks "
                 f"counted, {held} held")
