@@ -24,6 +24,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "offload-sessions, preemption-storm)")
     check.add_argument("--load-latency", type=int, default=1, metavar="STEPS",
                        help="steps a load takes (default 1)")
+    check.add_argument("--settings", choices=("simple_cpu_offload", "offloading"),
+                       default="simple_cpu_offload",
+                       help="the settings the connector is given: SimpleCPUOffload's (default) "
+                            "or the OffloadingConnector's (for it or a subclass of it: its "
+                            "jobs are played by the harness's job worker)")
     check.set_defaults(handler=_check)
 
 
@@ -40,9 +45,11 @@ def _check(args: argparse.Namespace) -> int:
     with upstream_logs(log_path) as counts:
         for workload in workloads:
             if workload.config.kv_connector is None:
-                workload = with_offload(workload, "eager")
+                workload = with_offload(workload, "eager" if args.settings == "simple_cpu_offload"
+                                        else "offloading")
             report = check_connector(args.connector, workload,
-                                     load_latency_steps=args.load_latency)
+                                     load_latency_steps=args.load_latency,
+                                     settings=args.settings)
             calls = ", ".join(f"{k} {v}" for k, v in sorted(report.calls.items()))
             verdict = "clean" if report.clean else f"{len(report.violations)} violation(s)"
             print(f"vtwin connector-check: {workload.name}: {report.steps} steps, {verdict} "

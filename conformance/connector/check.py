@@ -17,10 +17,14 @@ Its methods are wrapped so every call is checked, one line per violation (step, 
 * **exceptions** raised inside a connector method, named.
 
 The worker side is the harness's transfer worker when the connector's metadata has
-SimpleCPUOffload's fields; for any other connector a generic one reports each waiting
-request's load finished `load_latency_steps` after it started waiting (stores cannot be
-modelled without knowing the connector's protocol, so a store-only connector is checked on
-its scheduler-side bookkeeping alone).
+SimpleCPUOffload's fields, and its job worker when the connector is checked with the
+OffloadingConnector's settings (`settings="offloading"`: upstream's OffloadingConnector, or a
+fork's subclass of it, loads and stores by job id); for any other connector a generic one
+reports each waiting request's load finished `load_latency_steps` after it started waiting
+(stores cannot be modelled without knowing the connector's protocol, so a store-only
+connector is checked on its scheduler-side bookkeeping alone). A load counts as stuck only
+until it is reported finished: after that the request waits for admission, which steps that
+preempt skip.
 """
 
 from __future__ import annotations
@@ -63,18 +67,26 @@ def load_connector_class(spec: str) -> tuple[str, str]:
 
 
 def check_connector(spec: str, workload: Workload, *, load_latency_steps: int = 1,
-                    cpu_blocks: int | None = None) -> ContractReport:
-    """Run `workload` through upstream's scheduler with the connector `spec` plugged in."""
+                    cpu_blocks: int | None = None,
+                    settings: str = "simple_cpu_offload") -> ContractReport:
+    """Run `workload` through upstream's scheduler with the connector `spec` plugged in, given
+    SimpleCPUOffload's settings or (`settings="offloading"`) the OffloadingConnector's, with
+    `cpu_blocks` CPU blocks or chunks (default: twice the GPU pool)."""
     module_name, name = load_connector_class(spec)
     config = workload.config
-    connector = KVConnectorConfig(num_cpu_blocks=cpu_blocks or 2 * config.num_blocks,
-                                  load_latency_steps=load_latency_steps)
+    size = cpu_blocks or 2 * config.num_blocks
+    offloading = settings == "offloading"
+    connector = (KVConnectorConfig("offloading", load_latency_steps=load_latency_steps,
+                                   store_latency_steps=load_latency_steps, num_cpu_chunks=size)
+                 if offloading else
+                 KVConnectorConfig(num_cpu_blocks=size, load_latency_steps=load_latency_steps))
     workload = replace(workload, config=replace(config, kv_connector=connector))
     report = ContractReport(spec, workload.name)
     system = _plugged_system(workload, module_name, name)
     watch = _Watch(report, system.scheduler, load_latency_steps)
     watch.wrap()
-    driver = (Driver(system, workload) if _speaks_simple_offload(system.scheduler.connector)
+    driver = (Driver(system, workload)
+              if offloading or _speaks_simple_offload(system.scheduler.connector)
               else _GenericDriver(system, workload, watch))
     try:
         for step in driver.steps():
@@ -193,8 +205,12 @@ class _Watch:
         from vllm.v1.request import RequestStatus
 
         self.step = step + 1
+        # A load reported finished is no longer the connector's: the request then waits for
+        # admission (which a preempting step skips), not for its load.
+        loaded = getattr(self.scheduler, "finished_recving_kv_req_ids", set())
         waiting = {r.request_id for r in self.scheduler.requests.values()
-                   if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS}
+                   if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                   and r.request_id not in loaded}
         for rid in waiting - self.waiting_since.keys():
             self.waiting_since[rid] = step
         for rid in list(self.waiting_since):

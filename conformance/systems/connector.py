@@ -156,7 +156,7 @@ def upstream_transfer_config(config: EngineConfig,
     c = config.kv_connector
     if c is None:
         return None
-    if c.type == "offloading" and connector_class is None:
+    if c.type == "offloading":
         from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
         align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
@@ -168,11 +168,11 @@ def upstream_transfer_config(config: EngineConfig,
             "store_threshold": c.store_threshold,
             "offload_prompt_only": c.offload_prompt_only,
         }
-        return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
-                                kv_connector_extra_config=extra)
+        module, name = connector_class or (None, "OffloadingConnector")
+        return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
+                                kv_role="kv_both", kv_connector_extra_config=extra)
     if c.type != "simple_cpu_offload":
-        raise UserError(f"kv_connector.type {c.type!r}: a plugged connector is checked with "
-                        "'simple_cpu_offload' settings only")
+        raise UserError(f"kv_connector.type {c.type!r}: not a connector the harness drives")
     module, name = connector_class or (None, "SimpleCPUOffloadConnector")
     return KVTransferConfig(
         kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",

@@ -49,3 +49,15 @@ def test_the_command_ends_with_a_summary_and_keeps_upstreams_logs_off_the_consol
     assert err[-1] == ("vtwin connector-check: SimpleCPUOffloadConnector: 1 workloads, "
                        f"{err[0].split(': ')[2].split(' steps')[0]} steps, every workload clean")
     assert not [line for line in err if "WARNING" in line or "CPU backend" in line], err
+
+
+def test_upstreams_offloading_connector_keeps_the_contract_under_its_settings() -> None:
+    """The OffloadingConnector (or a fork's subclass) checked with its own settings: its load
+    and store jobs are played by the harness's job worker, so the run drains and ends."""
+    spec = ("vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
+            ":OffloadingConnector")
+    report = check_connector(spec, with_offload(SUITE["multi-turn"].make(), "offloading"),
+                             settings="offloading")
+    assert report.clean, report.violations
+    assert report.calls["update_state_after_alloc"] > 0
+    assert report.calls["update_connector_output"] > 0
