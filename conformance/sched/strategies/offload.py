@@ -29,15 +29,23 @@ def offloadable(workload: Workload) -> bool:
             and config.hash_block_size in (None, config.block_size))
 
 
+def draw_gpu_pool(draw: Any, workload: Workload) -> int:
+    """The GPU pool: as drawn, or (half the draws) cut to just above what the longest request
+    needs, so prefixes leave the GPU and come back from the CPU tier."""
+    config = workload.config
+    if not draw(st.booleans(), label="tight GPU pool"):
+        return config.num_blocks
+    longest = max(r.prompt_len + r.max_tokens for r in workload.requests)
+    need = -(-longest // config.block_size) * len(config.kv_cache_groups) + 1
+    spare: int = draw(st.integers(1, 6), label="spare blocks")
+    return min(config.num_blocks, need + spare)
+
+
 @st.composite
 def offload_workloads(draw: Any, max_requests: int = 10) -> Workload:
     workload: Workload = draw(workloads(max_requests).filter(offloadable))
     config = workload.config
-    num_blocks = config.num_blocks
-    if draw(st.booleans(), label="tight GPU pool"):
-        longest = max(r.prompt_len + r.max_tokens for r in workload.requests)
-        need = -(-longest // config.block_size) * len(config.kv_cache_groups) + 1
-        num_blocks = min(num_blocks, need + draw(st.integers(1, 6), label="spare blocks"))
+    num_blocks = draw_gpu_pool(draw, workload)
     max_failures = 2 if len(config.kv_cache_groups) == 1 else 0
     failures = draw(st.lists(st.builds(LoadFailure, st.integers(0, 4), st.integers(0, 3)),
                              max_size=max_failures), label="load failures")
@@ -74,11 +82,7 @@ def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
     so prefixes come back from the CPU (loads, and requests waiting for another's load)."""
     workload: Workload = draw(workloads(max_requests).filter(offloading_capable))
     config = workload.config
-    num_blocks = config.num_blocks
-    if draw(st.booleans(), label="tight GPU pool"):
-        longest = max(r.prompt_len + r.max_tokens for r in workload.requests)
-        need = -(-longest // config.block_size) * len(config.kv_cache_groups) + 1
-        num_blocks = min(num_blocks, need + draw(st.integers(1, 6), label="spare blocks"))
+    num_blocks = draw_gpu_pool(draw, workload)
     blocks_per_chunk = draw(st.integers(1, 3), label="blocks per chunk")
     connector = KVConnectorConfig(
         "offloading",
