@@ -29,6 +29,7 @@ from workloads.model import (
 )
 from workloads.models import plan_engine_groups
 from workloads.multimodal import MultimodalConfig, MultimodalItem, check_items
+from workloads.pd import KVTransferSpec, check_kv_transfer
 from workloads.prompts import TokenSource
 from workloads.schema import (
     AbortModel,
@@ -87,6 +88,10 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
             f"{model.max_model_len} ({needed} blocks of {model.block_size})",
         )
+    if model.kv_connector is not None and model.kv_connector.type == "nixl" and (
+            [g.type for g in model.kv_cache_groups] != ["full"]):
+        raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
+                   "group only (hybrid exchanges clip their block lists; not modelled yet)")
     modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}
     if len(modes) > 1:
         raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "
@@ -242,6 +247,13 @@ def _request(
         ends = frozenset(rec.stop_token_ids) | (
             frozenset() if rec.eos_token_id is None else {rec.eos_token_id})
         check_grammar(grammar, vocab, ends, fail)
+    kv_transfer = None
+    if rec.kv_transfer is not None:
+        kv_transfer = KVTransferSpec(rec.kv_transfer.role, rec.kv_transfer.load_fails)
+        check_kv_transfer(kv_transfer, None if config.kv_connector is None
+                          else config.kv_connector.type, continues=rec.after is not None,
+                          streaming=rec.stream_end_step is not None, has_mm=bool(mm_items),
+                          fail=fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -264,6 +276,7 @@ def _request(
         resumable=rec.stream_end_step is not None,
         grammar=grammar,
         kv_cache_report_mode=rec.kv_cache_report_mode,
+        kv_transfer=kv_transfer,
     )
 
 

@@ -26,7 +26,7 @@ from workloads.model import (
     RequestSpec,
     gap_steps,
 )
-from workloads.schema import ContinuumModel, KVConnectorModel, OffloadingModel
+from workloads.schema import ContinuumModel, KVConnectorModel, NixlModel, OffloadingModel
 
 if TYPE_CHECKING:
     from workloads.located import Located
@@ -43,8 +43,8 @@ def continuum_config(model: ContinuumModel | None, policy: str, step_ms: float |
     return ContinuumConfig(model.ttl_ms, model.estimator, model.threshold_ms, step_ms)
 
 
-def connector_config(model: KVConnectorModel | OffloadingModel | None, num_groups: int,
-                     block_size: int,
+def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | None,
+                     num_groups: int, block_size: int,
                      fail: Callable[[str, str], WorkloadError]) -> KVConnectorConfig | None:
     """The KV connector's settings. Planned load failures name blocks by id, which only one
     KV-cache group makes unambiguous (upstream refuses invalid block ids otherwise); an
@@ -63,6 +63,10 @@ def connector_config(model: KVConnectorModel | OffloadingModel | None, num_group
                                  eviction_policy=model.eviction_policy,
                                  store_threshold=model.store_threshold,
                                  offload_prompt_only=model.offload_prompt_only)
+    if isinstance(model, NixlModel):
+        return KVConnectorConfig("nixl", load_failure_policy=model.load_failure_policy,
+                                 load_latency_steps=model.load_latency_steps,
+                                 send_latency_steps=model.send_latency_steps)
     if model.load_failures and num_groups != 1:
         raise fail("kv_connector.load_failures", "need a single KV-cache group (block ids are "
                    f"per group; this config has {num_groups})")

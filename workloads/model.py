@@ -14,6 +14,7 @@ from typing import Any, Literal
 from workloads.controls import ControlSpec
 from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
+from workloads.pd import KVTransferSpec
 from workloads.streaming import StreamChunk
 
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
@@ -106,9 +107,14 @@ class KVConnectorConfig:
     backend, `num_cpu_chunks` chunks of `offloaded_block_size` tokens (None: the GPU block
     size; else a multiple of it); `eviction_policy` lru | arc; `store_threshold`: offers a
     chunk needs before it is stored (below 2: every offer); `offload_prompt_only`: store
-    prompt chunks only (upstream's default)."""
+    prompt chunks only (upstream's default).
 
-    type: Literal["simple_cpu_offload", "offloading"] = "simple_cpu_offload"
+    `type` "nixl": upstream's NIXL connector on one instance of a prefill/decode pair
+    (`workloads.pd`); a request's pull lands `load_latency_steps` after it is asked for, a
+    finished prefill's blocks are read by the peer `send_latency_steps` after they are
+    announced; `load_failure_policy` as above, for pulls that fail."""
+
+    type: Literal["simple_cpu_offload", "offloading", "nixl"] = "simple_cpu_offload"
     num_cpu_blocks: int = 1024
     lazy_offload: bool = False
     load_failure_policy: Literal["fail", "recompute"] = "fail"
@@ -120,10 +126,15 @@ class KVConnectorConfig:
     eviction_policy: Literal["lru", "arc"] = "lru"
     store_threshold: int = 0
     offload_prompt_only: bool = True
+    send_latency_steps: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         latency = {"load_latency_steps": self.load_latency_steps,
                    "store_latency_steps": self.store_latency_steps}
+        if self.type == "nixl":
+            return {"type": self.type, "load_failure_policy": self.load_failure_policy,
+                    "load_latency_steps": self.load_latency_steps,
+                    "send_latency_steps": self.send_latency_steps}
         if self.type == "offloading":
             return {"type": self.type, "num_cpu_chunks": self.num_cpu_chunks,
                     **({"offloaded_block_size": self.offloaded_block_size}
@@ -294,6 +305,7 @@ class RequestSpec:
     # KV events in "full" mode (upstream's `kv_cache_report_mode` sampling extra): each
     # prefix-cache lookup that hits announces the reused blocks as stored.
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
+    kv_transfer: KVTransferSpec | None = None  # a P/D request (`workloads.pd`)
 
     @property
     def prompt_len(self) -> int:

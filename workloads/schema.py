@@ -94,6 +94,18 @@ class OffloadingModel(_Strict):
     store_latency_steps: NonNegInt = 1
 
 
+class NixlModel(_Strict):
+    type: Literal["nixl"]
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    load_latency_steps: NonNegInt = 1
+    send_latency_steps: NonNegInt = 1
+
+
+class KVTransferModel(_Strict):
+    role: Literal["prefill", "decode"]
+    load_fails: bool = False
+
+
 class MultimodalModel(_Strict):
     max_num_encoder_input_tokens: PosInt = 2048
     encoder_cache_size: PosInt = 2048
@@ -130,7 +142,7 @@ class EngineConfigModel(_Strict):
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
     continuum: ContinuumModel | None = None
-    kv_connector: Annotated[KVConnectorModel | OffloadingModel,
+    kv_connector: Annotated[KVConnectorModel | OffloadingModel | NixlModel,
                             Field(discriminator="type")] | None = None
     multimodal: MultimodalModel | None = None
     log_stats: bool = True
@@ -200,6 +212,7 @@ class RequestModel(_Strict):
     stream_end_step: NonNegInt | None = None
     grammar: GrammarModel | None = None
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
+    kv_transfer: KVTransferModel | None = None
 
 
 class AbortModel(_Strict):

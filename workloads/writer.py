@@ -86,6 +86,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         record["stream_end_step"] = request.stream_end_step
     if request.grammar is not None:
         record["grammar"] = request.grammar.to_dict()
+    if request.kv_transfer is not None:
+        record["kv_transfer"] = request.kv_transfer.to_dict()
     return record
 
 

@@ -94,7 +94,7 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Upstream coverage", ("test_coverage",),
      "how much of upstream the gate executes: missed lines by feature, the ratchet"),
     ("Connectors and the CPU offload tier", ("test_offload_", "test_offloading_",
-                                             "test_transfers", "test_job_worker",
+                                             "test_transfers", "test_job_worker", "test_pd_",
                                              "test_connector_"),
      "the suite with the CPU offload tier on against upstream's connector, the played "
      "transfer worker, planted load failures, any connector's scheduler side (connector-check), "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from conformance.sched.arrivals import Arrivals
 from conformance.sched.job_worker import JobWorker
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
+from conformance.sched.pd_worker import PDWorker
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
 from conformance.sched.transfers import TransferWorker
@@ -110,9 +111,10 @@ class Driver:
         self.runner = FakeRunner(workload, workload.config.async_scheduling)
         # The connector's worker side (`transfers`): None without a connector.
         connector = workload.config.kv_connector
-        self.transfers: TransferWorker | JobWorker | None = (
+        self.transfers: TransferWorker | JobWorker | PDWorker | None = (
             None if connector is None
             else JobWorker(connector) if connector.type == "offloading"
+            else PDWorker(workload) if connector.type == "nixl"
             else TransferWorker(connector))
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self.arrivals = Arrivals(workload)
@@ -233,9 +235,14 @@ class Driver:
                  drafts_resolved: bool = False) -> RunnerOutput:
         """The model runner's output, with the connector worker's report of this step."""
         output = self.runner.execute(scheduled, drafts_resolved)
-        if self.transfers is None or (scheduled.transfers is None and scheduled.jobs is None):
+        worker = self.transfers
+        if isinstance(worker, PDWorker):
+            if scheduled.remote is None:
+                return output
+            return replace(output, connector=worker.run(step, scheduled.remote))
+        if worker is None or (scheduled.transfers is None and scheduled.jobs is None):
             return output
-        transfers, worker = scheduled.transfers or scheduled.jobs, self.transfers
+        transfers = scheduled.transfers or scheduled.jobs
         if isinstance(worker, JobWorker):
             assert isinstance(transfers, JobTransfers)
             return replace(output, connector=worker.run(step, transfers))
@@ -307,7 +314,7 @@ class Driver:
             scheduler_stats=None if update is None else update.scheduler_stats,
             free_head=after.free_head,
             cached_digest=cached_digest(after.cached_ids),
-            transfers=None if s is None else s.transfers or s.jobs,
+            transfers=None if s is None else s.transfers or s.jobs or s.remote,
             external_hits=() if s is None else s.external_hits,
             connector_report=self._report if applied is not None else None,
             cpu_blocks=after.cpu_blocks,

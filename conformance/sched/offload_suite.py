@@ -1,8 +1,11 @@
-"""The default suite with the CPU offload tier on (issue 11's gate): every suite workload with
+"""The default suite with a KV connector on (issue 11's gate): every suite workload with
 upstream's SimpleCPUOffloadConnector, eager or lazy, or with its OffloadingConnector
 (`offloading`: LRU, chunks of two GPU blocks; `offloading-arc`: ARC, one block per chunk), on
 a GPU pool cut to an eighth (never below what its longest request needs) so prefixes leave
-the GPU and come back from the CPU.
+the GPU and come back from the CPU. Mode `pd` puts the NIXL prefill/decode connector on
+instead (`workloads.pd`): of the requests that may take a part, every third pulls its prompt
+from a modelled prefill peer (the second of those pulls fails as a whole) and every third is
+a prefill whose blocks wait for the peer's read.
 
 The CPU pool is twice the original GPU pool: big enough to hold everything the GPU ever
 caches. With a smaller one lazy offload never idles (every step re-copies blocks the CPU LRU
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workloads.model import KVConnectorConfig, Workload
+from workloads.model import KVConnectorConfig, RequestSpec, Workload
+from workloads.pd import KVTransferSpec
 
-OFFLOAD_MODES: tuple[str, ...] = ("eager", "lazy", "offloading", "offloading-arc")
+OFFLOAD_MODES: tuple[str, ...] = ("eager", "lazy", "offloading", "offloading-arc", "pd")
 
 NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba": "mamba 'align' boundary-state hand-offs to the CPU tier are not modelled "
@@ -30,6 +34,8 @@ NOT_OFFLOADED: dict[str, str] = {
                "it)",
     "operator-controls": "its forced prefix-cache reset comes while a request loads from the "
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
+    "pd-disaggregation": "runs the NIXL P/D connector already (one connector per engine)",
+    "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
 }
 """Suite workloads left out of the offload suite, with why."""
 
@@ -42,11 +48,44 @@ NOT_OFFLOADED_BY_OFFLOADING: dict[str, str] = {
 """Suite workloads left out with the OffloadingConnector's modes only, with why."""
 
 
+NOT_IN_PD: dict[str, str] = {
+    "hybrid-sliding-window": "the twin's NIXL connector has one full-attention group only "
+                             "(hybrid exchanges clip their block lists: not twinned)",
+    "hybrid-chunked-local": "the twin's NIXL connector has one full-attention group only",
+    "hybrid-reference-window": "the twin's NIXL connector has one full-attention group only",
+    "continuum-agent": "the continuum policy is not upstream's (its fork has no NIXL runs)",
+}
+"""Suite workloads left out of mode `pd` only, with why."""
+
+
 def left_out(name: str, mode: str) -> str | None:
     """Why suite workload `name` is left out of the offload suite in `mode` (None: it runs)."""
     if name in NOT_OFFLOADED:
         return NOT_OFFLOADED[name]
+    if mode == "pd":
+        return NOT_IN_PD.get(name)
     return NOT_OFFLOADED_BY_OFFLOADING.get(name) if mode.startswith("offloading") else None
+
+
+def with_pd_roles(workload: Workload) -> tuple[RequestSpec, ...]:
+    """The workload's requests with P/D parts (see the module docstring)."""
+    requests: list[RequestSpec] = []
+    decodes = 0
+    candidates = 0
+    for request in workload.requests:
+        if request.after is not None or request.stream_end_step is not None or \
+                request.mm_items:
+            requests.append(request)
+            continue
+        role = candidates % 3
+        candidates += 1
+        if role == 0:
+            decodes += 1
+            request = replace(request, kv_transfer=KVTransferSpec("decode", decodes == 2))
+        elif role == 1:
+            request = replace(request, kv_transfer=KVTransferSpec("prefill"))
+        requests.append(request)
+    return tuple(requests)
 
 
 def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
@@ -63,8 +102,12 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
     slack = 1 + config.num_spec_tokens + config.num_lookahead_tokens
     max_model_len = min(config.max_model_len, -(-(longest + slack) // block) * block)
     need = -(-max_model_len // block) * len(config.kv_cache_groups) + 1
+    requests = workload.requests
     connector = (
-        KVConnectorConfig("offloading", load_latency_steps=latency_steps,
+        KVConnectorConfig("nixl", load_latency_steps=latency_steps,
+                          send_latency_steps=latency_steps)
+        if mode == "pd"
+        else KVConnectorConfig("offloading", load_latency_steps=latency_steps,
                           store_latency_steps=latency_steps,
                           num_cpu_chunks=config.num_blocks if mode == "offloading"
                           else 2 * config.num_blocks,
@@ -74,7 +117,9 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
         else KVConnectorConfig(num_cpu_blocks=2 * config.num_blocks, lazy_offload=mode == "lazy",
                                load_latency_steps=latency_steps,
                                store_latency_steps=latency_steps))
-    return replace(workload, name=f"{workload.name}+offload-{mode}",
+    if mode == "pd":
+        requests = with_pd_roles(workload)
+    return replace(workload, name=f"{workload.name}+offload-{mode}", requests=requests,
                    description=f"{workload.description}; CPU offload ({mode}), GPU pool / "
                                f"{gpu_share}",
                    config=replace(config, kv_connector=connector, max_model_len=max_model_len,

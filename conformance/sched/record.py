@@ -26,7 +26,12 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.sched.record_connector import connector_fields, connector_json
+from conformance.sched.record_connector import (
+    connector_fields,
+    connector_json,
+    output_json,
+    output_of,
+)
 from conformance.sched.record_encoder import encoder_fields, encoder_json
 from conformance.systems.protocol import (
     BlockCounts,
@@ -36,6 +41,7 @@ from conformance.systems.protocol import (
     ConnectorReport,
     EncoderCacheCounts,
     JobTransfers,
+    RemoteTransfers,
     SchedulerStats,
     SpecDecodingCounts,
     TokenOutput,
@@ -94,7 +100,7 @@ class StepRecord:
     cached_digest: str | None = None
     # A KV connector (all None / empty without one): the step's transfers, the external hits
     # its admissions took, the worker's report applied in this step, the CPU tier's counts.
-    transfers: Transfers | JobTransfers | None = None
+    transfers: Transfers | JobTransfers | RemoteTransfers | None = None
     external_hits: tuple[tuple[str, int], ...] = ()
     connector_report: ConnectorReport | None = None
     cpu_blocks: BlockCounts | None = None
@@ -139,9 +145,7 @@ class StepRecord:
             "aborted": list(self.aborted),
             "num_common_prefix_blocks": list(self.num_common_prefix_blocks),
             "applied_step": self.applied_step,
-            "outputs": {o.req_id: {"new_token_ids": list(o.new_token_ids),
-                                   "finish_reason": o.finish_reason,
-                                   "stop_reason": o.stop_reason} for o in self.outputs},
+            "outputs": {o.req_id: output_json(o) for o in self.outputs},
             "finish_reasons": self.finish_reasons(),
             "blocks": {"active": self.blocks.active, "cached": self.blocks.cached,
                        "empty": self.blocks.empty},
@@ -193,8 +197,7 @@ class StepRecord:
             aborted=tuple(data["aborted"]),
             num_common_prefix_blocks=tuple(data["num_common_prefix_blocks"]),
             applied_step=data["applied_step"],
-            outputs=tuple(TokenOutput(rid, tuple(o["new_token_ids"]), o["finish_reason"],
-                                      o["stop_reason"]) for rid, o in data["outputs"].items()),
+            outputs=tuple(output_of(rid, o) for rid, o in data["outputs"].items()),
             blocks=BlockCounts(**data["blocks"]),
             num_running=data["num_running"],
             num_waiting=data["num_waiting"],

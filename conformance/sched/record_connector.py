@@ -1,6 +1,7 @@
 """The KV connector's part of a `StepRecord` in JSON: the step's transfers, external hits,
-the worker's report and the CPU tier's block counts. Left out entirely for a run without a
-connector, so records, traces and golden files of connector-less runs keep their bytes."""
+the worker's report and the CPU tier's block counts, and what a finished P/D prefill hands
+on in its output. Left out entirely for a run without a connector, so records, traces and
+golden files of connector-less runs keep their bytes."""
 
 from __future__ import annotations
 
@@ -10,18 +11,50 @@ from typing import Any
 from conformance.systems.protocol import (
     BlockCounts,
     ConnectorReport,
+    HandedOn,
     JobTransfers,
     OffloadJob,
+    PullOrder,
+    RemoteTransfers,
+    TokenOutput,
     Transfers,
 )
 
 
-def connector_json(t: Transfers | JobTransfers | None, external_hits: Iterable[tuple[str, int]],
+def output_json(o: TokenOutput) -> dict[str, Any]:
+    """One request's output in a record (`handed_on` only when there is one)."""
+    out: dict[str, Any] = {"new_token_ids": list(o.new_token_ids),
+                           "finish_reason": o.finish_reason, "stop_reason": o.stop_reason}
+    h = o.handed_on
+    if h is not None:
+        out["handed_on"] = {"remote_block_ids": [list(g) for g in h.remote_block_ids],
+                            "remote_num_tokens": h.remote_num_tokens,
+                            "remote_prefill_cached_tokens": h.remote_prefill_cached_tokens}
+    return out
+
+
+def output_of(req_id: str, data: dict[str, Any]) -> TokenOutput:
+    h = data.get("handed_on")
+    return TokenOutput(req_id, tuple(data["new_token_ids"]), data["finish_reason"],
+                       data["stop_reason"], None if h is None else HandedOn(
+                           tuple(tuple(g) for g in h["remote_block_ids"]),
+                           h["remote_num_tokens"], h["remote_prefill_cached_tokens"]))
+
+
+def connector_json(t: Transfers | JobTransfers | RemoteTransfers | None,
+                   external_hits: Iterable[tuple[str, int]],
                    r: ConnectorReport | None, c: BlockCounts | None) -> dict[str, Any]:
     """A `StepRecord`'s connector fields (transfers, external hits, the worker's report, the
     CPU tier's counts) in JSON; the record passes them in, so this module never needs it."""
     out: dict[str, Any] = {}
-    if isinstance(t, JobTransfers):
+    if isinstance(t, RemoteTransfers):
+        out["remote"] = {"pulls": [{"req_id": p.req_id,
+                                    "local_block_ids": [list(g) for g in p.local_block_ids],
+                                    "num_cached_blocks": list(p.num_cached_blocks),
+                                    "awaiting": p.awaiting} for p in t.pulls],
+                         "reads_awaited": list(t.reads_awaited),
+                         "in_batch": list(t.in_batch), "not_processed": list(t.not_processed)}
+    elif isinstance(t, JobTransfers):
         out["jobs"] = {"load_jobs": [_job_json(j) for j in t.load_jobs],
                        "store_jobs": [_job_json(j) for j in t.store_jobs],
                        "jobs_to_flush": list(t.jobs_to_flush)}
@@ -39,7 +72,11 @@ def connector_json(t: Transfers | JobTransfers | None, external_hits: Iterable[t
                                    "finished_stores": list(r.finished_stores),
                                    "invalid_block_ids": list(r.invalid_block_ids),
                                    **({"completed_jobs": list(r.completed_jobs)}
-                                      if r.completed_jobs else {})}
+                                      if r.completed_jobs else {}),
+                                   **({"finished_sends": list(r.finished_sends)}
+                                      if r.finished_sends else {}),
+                                   **({"failed_loads": list(r.failed_loads)}
+                                      if r.failed_loads else {})}
     if c is not None:
         out["cpu_blocks"] = {"active": c.active, "cached": c.cached, "empty": c.empty}
     return out
@@ -60,6 +97,14 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
         out["transfers"] = JobTransfers(tuple(_job_of(j) for j in jobs["load_jobs"]),
                                         tuple(_job_of(j) for j in jobs["store_jobs"]),
                                         tuple(jobs["jobs_to_flush"]))
+    remote = data.get("remote")
+    if remote is not None:
+        out["transfers"] = RemoteTransfers(
+            tuple(PullOrder(p["req_id"], tuple(tuple(g) for g in p["local_block_ids"]),
+                            tuple(p["num_cached_blocks"]), p["awaiting"])
+                  for p in remote["pulls"]),
+            tuple(remote["reads_awaited"]), tuple(remote["in_batch"]),
+            tuple(remote["not_processed"]))
     if data.get("external_hits"):
         out["external_hits"] = tuple(data["external_hits"].items())
     r = data.get("connector_report")
@@ -67,7 +112,9 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
         out["connector_report"] = ConnectorReport(tuple(r["finished_loads"]),
                                                   tuple(r["finished_stores"]),
                                                   tuple(r["invalid_block_ids"]),
-                                                  tuple(r.get("completed_jobs", ())))
+                                                  tuple(r.get("completed_jobs", ())),
+                                                  tuple(r.get("finished_sends", ())),
+                                                  tuple(r.get("failed_loads", ())))
     if data.get("cpu_blocks") is not None:
         out["cpu_blocks"] = BlockCounts(**data["cpu_blocks"])
     return out

@@ -161,6 +161,14 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "
                "(refused, forced, idle), pauses of new and of all requests",
                _bundled("operator-controls")),
+    SuiteEntry("pd-disaggregation", "the NIXL prefill/decode connector on one instance: "
+               "decode requests pulling their prompt past a local hit, a pull failing (an "
+               "error), prefills holding their blocks for the peer's read and handing on what "
+               "to read, aborts before, during and instead of a pull, preemptions by held "
+               "prefills", _bundled("pd-disaggregation")),
+    SuiteEntry("pd-disaggregation-recompute", "the P/D connector with a failed pull "
+               "recomputed locally (load_failure_policy 'recompute')",
+               _bundled("pd-disaggregation-recompute")),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),

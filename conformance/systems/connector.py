@@ -1,10 +1,12 @@
 """Translating a KV connector between the canonical records and each system's own objects.
 
-Two connectors: upstream's SimpleCPUOffloadConnector (`simple_cpu_offload`) and its
-OffloadingConnector (`offloading`). The twin's `OffloadMetadata` and upstream's
-`SimpleCPUOffloadMetadata` share their field names, so one reader serves both; so do the twin's
-`OffloadingMetadata` and upstream's `OffloadingConnectorMetadata`, up to how each spells a
-job's GPU and CPU sides. The worker's report goes back as each side's native
+Three connectors: upstream's SimpleCPUOffloadConnector (`simple_cpu_offload`), its
+OffloadingConnector (`offloading`) and its NIXL prefill/decode connector (`nixl`, pull mode;
+`conformance.systems.pd` builds its per-request parameters). The twin's `OffloadMetadata` and
+upstream's `SimpleCPUOffloadMetadata` share their field names, so one reader serves both; so
+do the twin's `OffloadingMetadata` and upstream's `OffloadingConnectorMetadata`, up to how
+each spells a job's GPU and CPU sides, and the two NIXL metadata, up to a pull's fields. The
+worker's report goes back as each side's native
 output; upstream gets `finished_recving` as a set that iterates in sorted order, because
 upstream walks that set to free pins and a plain set's order would depend on string hashing
 (PYTHONHASHSEED), which the harness does not let decide a block's place in an LRU queue.
@@ -19,6 +21,8 @@ from conformance.systems.protocol import (
     ConnectorReport,
     JobTransfers,
     OffloadJob,
+    PullOrder,
+    RemoteTransfers,
     Transfers,
 )
 from vtwin.errors import UserError
@@ -31,6 +35,29 @@ def split_transfers(meta: Any) -> tuple[Transfers | None, JobTransfers | None]:
     if isinstance(found, JobTransfers):
         return None, found
     return found, None
+
+
+def remote_transfers_of(meta: Any) -> RemoteTransfers | None:
+    """A P/D connector's orders (None: another connector's metadata, or none). The twin's
+    `NixlMetadata` and upstream's `NixlConnectorMetadata` share the field names; a pull's
+    fields differ (`num_cached_blocks` / `local_num_computed_blocks`, `awaiting` /
+    `awaiting_kvs`)."""
+    if meta is None or not hasattr(meta, "reqs_to_recv"):
+        return None
+    pulls = []
+    for rid, order in meta.reqs_to_recv.items():
+        cached = getattr(order, "num_cached_blocks", None)
+        if cached is None:
+            cached = order.local_num_computed_blocks
+        awaiting = getattr(order, "awaiting", None)
+        if awaiting is None:
+            awaiting = order.awaiting_kvs
+        pulls.append(PullOrder(rid, tuple(tuple(int(b) for b in g)
+                                          for g in order.local_block_ids),
+                               tuple(int(n) for n in cached), bool(awaiting)))
+    return RemoteTransfers(tuple(pulls), tuple(meta.reqs_to_send),
+                           tuple(sorted(meta.reqs_in_batch)),
+                           tuple(sorted(meta.reqs_not_processed)))
 
 
 def transfers_of(meta: Any) -> Transfers | JobTransfers | None:
@@ -104,10 +131,15 @@ def upstream_connector_output(report: ConnectorReport) -> Any:
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
         meta = SimpleCPUOffloadWorkerMetadata({e: 1 for e in report.finished_stores})
+    # Releases before whole-pull failures existed (0.19.1) have no `failed_recving`: it is
+    # passed only when a pull failed.
+    failed = {"failed_recving": SortedSet(report.failed_loads)} if report.failed_loads else {}
     return KVConnectorOutput(
         finished_recving=SortedSet(report.finished_loads) or None,
+        finished_sending=SortedSet(report.finished_sends) or None,
         invalid_block_ids=set(report.invalid_block_ids),
         kv_connector_worker_meta=meta,
+        **failed,
     )
 
 
@@ -118,16 +150,20 @@ def impl_connector_output(report: ConnectorReport) -> Any:
                              completed_store_events=tuple((e, 1) for e in
                                                           report.finished_stores),
                              completed_jobs=tuple((j, 1) for j in report.completed_jobs),
-                             invalid_block_ids=frozenset(report.invalid_block_ids))
+                             invalid_block_ids=frozenset(report.invalid_block_ids),
+                             finished_sending=frozenset(report.finished_sends),
+                             failed_recving=frozenset(report.failed_loads))
 
 
 def offload_settings(config: EngineConfig) -> Any:
     """The twin's `OffloadSettings` or `OffloadingSettings` (None: no connector)."""
-    from impl.connector.types import OffloadingSettings, OffloadSettings
+    from impl.connector.types import NixlSettings, OffloadingSettings, OffloadSettings
 
     c = config.kv_connector
     if c is None:
         return None
+    if c.type == "nixl":
+        return NixlSettings(c.load_failure_policy)
     if c.type == "offloading":
         return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
                                   c.eviction_policy, c.store_threshold,
@@ -171,6 +207,10 @@ def upstream_transfer_config(config: EngineConfig,
         module, name = connector_class or (None, "OffloadingConnector")
         return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
                                 kv_role="kv_both", kv_connector_extra_config=extra)
+    if c.type == "nixl":
+        from conformance.systems.pd import upstream_nixl_config
+
+        return upstream_nixl_config(c, connector_class)
     if c.type != "simple_cpu_offload":
         raise UserError(f"kv_connector.type {c.type!r}: not a connector the harness drives")
     module, name = connector_class or (None, "SimpleCPUOffloadConnector")

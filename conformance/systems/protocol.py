@@ -113,15 +113,60 @@ class JobTransfers:
 
 
 @dataclass(frozen=True, slots=True)
+class PullOrder:
+    """One request's pull in a P/D connector's step (`impl.connector.nixl`): the local blocks
+    to fill per group, the blocks per group its local hit covers, and whether it waits for
+    the pull (False: only the peer's blocks to release)."""
+
+    req_id: str
+    local_block_ids: BlockIds
+    num_cached_blocks: tuple[int, ...]
+    awaiting: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTransfers:
+    """What a P/D connector asks its worker in one step: pulls (by request id), finished
+    prefills whose blocks now wait for the peer's read (in the order they finished), and the
+    prefill-side requests admitted this step or ended without a read (sorted)."""
+
+    pulls: tuple[PullOrder, ...]
+    reads_awaited: tuple[str, ...]
+    in_batch: tuple[str, ...]
+    not_processed: tuple[str, ...]
+
+    # As the other connectors' records count their work: pulls are loads, awaited reads are
+    # stores (of blocks the record does not list).
+    @property
+    def num_loads(self) -> int:
+        return sum(1 for p in self.pulls if p.awaiting)
+
+    @property
+    def num_stores(self) -> int:
+        return len(self.reads_awaited)
+
+    @property
+    def num_loaded_blocks(self) -> int:
+        return sum(len(g) for p in self.pulls for g in p.local_block_ids)
+
+    @property
+    def num_stored_blocks(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectorReport:
     """The worker's connector report for one step: requests whose loads finished (sorted),
-    store events finished (in completion order), GPU blocks whose load failed (sorted), and
-    the OffloadingConnector's jobs finished (in completion order)."""
+    store events finished (in completion order), GPU blocks whose load failed (sorted), the
+    OffloadingConnector's jobs finished (in completion order), and a P/D connector's finished
+    reads and wholly failed pulls (sorted)."""
 
     finished_loads: tuple[str, ...] = ()
     finished_stores: tuple[int, ...] = ()
     invalid_block_ids: tuple[int, ...] = ()
     completed_jobs: tuple[int, ...] = ()
+    finished_sends: tuple[str, ...] = ()
+    failed_loads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +188,7 @@ class Scheduled:
     # union: the remote protocol's msgspec decodes no union of two dataclasses).
     transfers: Transfers | None = None
     jobs: JobTransfers | None = None
+    remote: RemoteTransfers | None = None  # a P/D connector's orders
     external_hits: tuple[tuple[str, int], ...] = ()  # (request, tokens) taken from a connector
     # Multimodal: (request, indices of the items it encodes this step), in scheduling order,
     # and the encoder-cache entries evicted since the last step (what the worker drops).
@@ -169,6 +215,18 @@ class RunnerOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class HandedOn:
+    """What a finished prefill-side P/D request hands its decode peer (the scheduler-made part
+    of upstream's `kv_transfer_params`; the peer's address and engine id are configuration):
+    the blocks to read per group, the tokens they hold, the prompt tokens its first
+    scheduling found cached (None: not reported)."""
+
+    remote_block_ids: BlockIds
+    remote_num_tokens: int
+    remote_prefill_cached_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class TokenOutput:
     """One request's share of `update_from_output`: tokens kept, and why it finished if it did.
 
@@ -179,6 +237,7 @@ class TokenOutput:
     new_token_ids: tuple[int, ...]
     finish_reason: str | None
     stop_reason: int | str | None
+    handed_on: HandedOn | None = None  # a finished P/D prefill's transfer parameters
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,11 @@ from conformance.kv.systems import impl_spec
 from conformance.systems.connector import (
     impl_connector_output,
     offload_settings,
+    remote_transfers_of,
     split_transfers,
 )
 from conformance.systems.controls import drive_control
+from conformance.systems.pd import handed_on, remote_transfer
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
@@ -167,6 +169,7 @@ class ImplSystem:
             resumable=request.resumable,
             pooling=self.config.runner == "pooling",
             report_reused_blocks=request.kv_cache_report_mode == "full",
+            kv_transfer=remote_transfer(request),
             grammar=None if spec is None else Grammar(
                 spec.allowed_lo, spec.allowed_hi,
                 (*request.stop_token_ids, *(() if request.eos_token_id is None
@@ -228,6 +231,7 @@ class ImplSystem:
             native=out,
             transfers=transfers,
             jobs=jobs,
+            remote=remote_transfers_of(out.kv_connector_metadata),
             external_hits=tuple(self.scheduler.step_external_hits),
             encoder_inputs=tuple((rid, tuple(ids))
                                  for rid, ids in out.scheduled_encoder_inputs.items()),
@@ -262,7 +266,8 @@ class ImplSystem:
             pooled_req_ids=frozenset(output.pooled),
         ))
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
-                                    o.stop_reason) for o in result)
+                                    o.stop_reason, handed_on(o.kv_transfer_params))
+                        for o in result)
         made = self.scheduler.make_stats()
         if made is None:  # stats off
             return Update(outputs, None, None)
@@ -291,6 +296,7 @@ class ImplSystem:
         pool = s.kv_cache_manager.block_pool
         waiting = [r.request_id for r in s.kv_holding_waiting]
         waiting += [r.request_id for r in s.waiting]
+        cpu = None if s.connector is None else s.connector.cpu_counts()
         return SystemState(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(waiting),
@@ -299,7 +305,7 @@ class ImplSystem:
             cached_ids=pool.cached_block_ids(),
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
-            cpu_blocks=None if s.connector is None else BlockCounts(*s.connector.cpu_counts()),
+            cpu_blocks=None if cpu is None else BlockCounts(*cpu),
             encoder_cache=None if self.config.multimodal is None else EncoderCacheCounts(
                 s.encoder_cache.num_free_slots, s.encoder_cache.num_freeable_slots,
                 tuple(sorted(s.encoder_cache.cached))),

@@ -24,6 +24,7 @@ from conformance.sched.strategies.controls import control_workloads
 from conformance.sched.strategies.grammar import grammar_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads, offloading_workloads
+from conformance.sched.strategies.pd import pd_workloads
 from conformance.sched.strategies.pooling import pooling_workloads
 from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
@@ -73,6 +74,19 @@ def test_generated_offloading_workloads_match_upstream_exactly(pair: Pair,
     activity = result.activity
     target(float(activity.loads), label="loads")
     target(float(min(activity.external_hit_tokens, 512)), label="external hits")
+    target(float(activity.preemptions), label="preemptions")
+    _assert_exact(workload, result)
+
+
+@given(pd_workloads())
+def test_generated_pd_workloads_match_upstream_exactly(pair: Pair, workload: Workload) -> None:
+    """The NIXL P/D connector on (`strategies.pd`): steered toward pulls, reads of held
+    prefills and preemptions (tight pools with blocks held for a peer)."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    activity = result.activity
+    target(float(activity.loads), label="pulls")
+    target(float(activity.stores), label="reads")
     target(float(activity.preemptions), label="preemptions")
     _assert_exact(workload, result)
 

@@ -1,7 +1,8 @@
 """`SchedulerConnector`: what the scheduler asks of a KV connector's scheduler side.
 
-Two connectors implement it: the CPU offload tier (`cpu_offload`, upstream's
-SimpleCPUOffloadConnector) and the OffloadingConnector (`offloading.scheduler`).
+Three connectors implement it: the CPU offload tier (`cpu_offload`, upstream's
+SimpleCPUOffloadConnector), the OffloadingConnector (`offloading.scheduler`) and the NIXL
+prefill/decode connector's pull mode (`nixl`).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from impl.connector.nixl_metadata import NixlMetadata
     from impl.connector.offloading.jobs import OffloadingMetadata
-    from impl.connector.types import KVConnectorOutput, OffloadMetadata
+    from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
     from impl.core.kv_cache_manager import KVCacheBlocks
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
@@ -31,13 +33,14 @@ class SchedulerConnector(Protocol):
                                  num_external_tokens: int) -> None: ...
 
     def build_connector_meta(self, output: SchedulerOutput
-                             ) -> OffloadMetadata | OffloadingMetadata: ...
+                             ) -> OffloadMetadata | OffloadingMetadata | NixlMetadata: ...
 
     def update_connector_output(self, output: KVConnectorOutput) -> None: ...
 
-    def request_finished(self, request: Request,
-                         block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
-        """The request finished; True if its blocks must outlive it."""
+    def request_finished(self, request: Request, block_ids: tuple[list[int], ...]
+                         ) -> tuple[bool, FinishedTransfer | None]:
+        """The request finished; True if its blocks must outlive it, and what its output
+        hands a P/D peer (None: nothing)."""
 
     def has_pending_stores(self) -> bool:
         """Transfers in flight that the engine must keep stepping to hear of."""
@@ -45,8 +48,8 @@ class SchedulerConnector(Protocol):
     def gpu_pins(self) -> dict[int, int]:
         """GPU block id -> references the connector holds on it."""
 
-    def cpu_counts(self) -> tuple[int, int, int]:
-        """The CPU tier's (active, cached, empty) blocks or chunks."""
+    def cpu_counts(self) -> tuple[int, int, int] | None:
+        """The CPU tier's (active, cached, empty) blocks or chunks (None: no CPU tier)."""
 
     def loading_finished(self) -> set[str]:
         """Finished requests whose load is still in flight (they keep their blocks)."""

@@ -63,6 +63,42 @@ class OffloadingSettings:
                              f"(got {self.eviction_policy!r})")
 
 
+@dataclass(frozen=True, slots=True)
+class NixlSettings:
+    """Upstream's NIXL connector (prefill/decode disaggregation, pull mode) on one instance.
+    `load_failure_policy`: what a failed pull does to its request, as for the CPU tier."""
+
+    load_failure_policy: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
+                             f"(got {self.load_failure_policy!r})")
+
+
+@dataclass(slots=True)
+class RemoteTransfer:
+    """A request's part in a prefill/decode pair (`impl.connector.nixl`), upstream's
+    `kv_transfer_params`: `do_remote_prefill` on the decode side (pull the prompt's KV; cleared
+    once the pull is ordered), `do_remote_decode` on the prefill side (keep the KV for the
+    peer's read)."""
+
+    do_remote_prefill: bool = False
+    do_remote_decode: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedTransfer:
+    """What a finished prefill-side request hands its decode peer (upstream's returned
+    `kv_transfer_params`): the blocks to read per group, the tokens they hold, and the prompt
+    tokens its first scheduling found cached (None: not known when it finished, because an
+    earlier output already reported its prefill)."""
+
+    remote_block_ids: tuple[tuple[int, ...], ...]
+    remote_num_tokens: int
+    remote_prefill_cached_tokens: int | None = None
+
+
 @dataclass(slots=True)
 class OffloadMetadata:
     """One step's transfers for the worker. At most one load event and one store event per

@@ -25,12 +25,18 @@ from collections import deque
 from mypy_extensions import trait
 
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.nixl import NixlConnectorScheduler
 from impl.connector.offloading.scheduler import (
     OffloadingConnectorScheduler,
     check_offloading_supported,
 )
 from impl.connector.protocol import SchedulerConnector
-from impl.connector.types import KVConnectorOutput, OffloadingSettings
+from impl.connector.types import (
+    FinishedTransfer,
+    KVConnectorOutput,
+    NixlSettings,
+    OffloadingSettings,
+)
 from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.single_type_manager import cdiv
@@ -51,7 +57,10 @@ class ConnectorPaths(SchedulerState):
         # OffloadingConnector runs either way.
         self.connector: SchedulerConnector | None = None
         self.recompute_kv_load_failures = False
-        if isinstance(settings, OffloadingSettings):
+        if isinstance(settings, NixlSettings):
+            self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
+            self.connector = NixlConnectorScheduler(kv_cache_config)
+        elif isinstance(settings, OffloadingSettings):
             check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
             self.connector = OffloadingConnectorScheduler(
                 settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
@@ -168,23 +177,23 @@ class ConnectorPaths(SchedulerState):
             _, blocks = self.deferred_frees.popleft()
             pool.free_blocks(reversed(blocks))
 
-    def _connector_finished(self, request: Request) -> bool:
+    def _connector_finished(self, request: Request) -> tuple[bool, FinishedTransfer | None]:
         """Hand a finished request's block table (computed tokens only, out-of-window blocks
-        dropped first) to the connector; True if the blocks must outlive the request."""
+        dropped first) to the connector: whether the blocks must outlive the request, and what
+        its output hands a P/D peer."""
         if not self.has_connector:
-            return False
+            return False, None
         kv = self.kv_cache_manager
         kv.remove_skipped_blocks(request.request_id,
                                  max(0, request.num_computed_tokens - request.num_inflight_tokens),
                                  request.num_prompt_tokens)
         if self.connector is None:
-            return False
+            return False, None
         block_ids = kv.get_block_ids(request.request_id)
         clipped = tuple(ids[:cdiv(request.num_computed_tokens, size)]
                         for size, ids in zip(self.connector.group_block_sizes, block_ids,
                                              strict=True))
-        delay, _ = self.connector.request_finished(request, clipped)
-        return delay
+        return self.connector.request_finished(request, clipped)
 
     # -- the worker's report ----------------------------------------------------------------
     def _handle_invalid_blocks(self, invalid: frozenset[int],
@@ -237,9 +246,25 @@ class ConnectorPaths(SchedulerState):
             self.kv_cache_manager.block_pool.evict_blocks(to_evict)
         return affected
 
+    def _handle_failed_recving(self, failed: frozenset[str]) -> set[str]:
+        """Whole pulls that failed (P/D): a request waiting for one loses every computed token;
+        under `recompute` it starts over once the pull is reported, under `fail` it is
+        returned to finish with an error."""
+        affected: set[str] = set()
+        for req_id in failed:
+            request = self.requests.get(req_id)
+            if request is None or request.status != RequestStatus.WAITING_FOR_REMOTE_KVS:
+                continue
+            affected.add(req_id)
+            if self.recompute_kv_load_failures:
+                request.num_computed_tokens = 0
+                self.failed_recving_kv_req_ids.add(req_id)
+        return set() if self.recompute_kv_load_failures else affected
+
     def _update_from_kv_xfer_finished(self, output: KVConnectorOutput) -> None:
         """Loads reported finished: a waiting request becomes schedulable; one finished
-        meanwhile (aborted mid-load) finally frees its blocks."""
+        meanwhile (aborted mid-load) finally frees its blocks. Reads reported finished (P/D):
+        the finished prefill frees the blocks it kept for its peer."""
         if self.connector is not None:
             self.connector.update_connector_output(output)
         for req_id in sorted(output.finished_recving):
@@ -248,6 +273,8 @@ class ConnectorPaths(SchedulerState):
                 self.finished_recving_kv_req_ids.add(req_id)
             else:
                 self._free_blocks(request)
+        for req_id in sorted(output.finished_sending):
+            self._free_blocks(self.requests[req_id])
 
     def _free_blocks(self, request: Request) -> None:
         self._free_request_blocks(request)

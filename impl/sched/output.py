@@ -15,11 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.connector.nixl_metadata import NixlMetadata
 from impl.connector.offloading.jobs import OffloadingMetadata
-from impl.connector.types import KVConnectorOutput, OffloadMetadata
+from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
 
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
 PLACEHOLDER_DRAFT = -1
+
+
+ConnectorMetadata = OffloadMetadata | OffloadingMetadata | NixlMetadata
+"""What a connector hands its worker each step (one type per connector)."""
 
 
 @dataclass(slots=True, init=False)
@@ -84,7 +89,7 @@ class SchedulerOutput:
     preempted_req_ids: set[str] | None
     num_common_prefix_blocks: list[int]
     # What the KV connector wants the worker to move this step (None: no connector).
-    kv_connector_metadata: OffloadMetadata | OffloadingMetadata | None
+    kv_connector_metadata: ConnectorMetadata | None
     # Multimodal: the items each request encodes this step (indices into its features), and
     # encoder-cache entries evicted since the last step, for the worker to drop.
     scheduled_encoder_inputs: dict[str, list[int]]
@@ -101,7 +106,7 @@ class SchedulerOutput:
                  scheduled_spec_decode_tokens: dict[str, list[int]], finished_req_ids: set[str],
                  preempted_req_ids: set[str] | None = None,
                  num_common_prefix_blocks: list[int] | None = None,
-                 kv_connector_metadata: OffloadMetadata | OffloadingMetadata | None = None) -> None:
+                 kv_connector_metadata: ConnectorMetadata | None = None) -> None:
         self.scheduled_new_reqs = scheduled_new_reqs
         self.scheduled_cached_reqs = scheduled_cached_reqs
         self.num_scheduled_tokens = num_scheduled_tokens
@@ -148,10 +153,14 @@ class EngineCoreOutput:
     new_token_ids: list[int]
     finish_reason: str | None  # "stop" | "length" | "abort"
     stop_reason: int | None
+    # A finished prefill-side P/D request: what its decode peer needs (`impl.connector.nixl`).
+    kv_transfer_params: FinishedTransfer | None
 
     def __init__(self, request_id: str, new_token_ids: list[int],
-                 finish_reason: str | None = None, stop_reason: int | None = None) -> None:
+                 finish_reason: str | None = None, stop_reason: int | None = None,
+                 kv_transfer_params: FinishedTransfer | None = None) -> None:
         self.request_id = request_id
         self.new_token_ids = new_token_ids
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
+        self.kv_transfer_params = kv_transfer_params

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from impl.connector.types import RemoteTransfer
 from impl.core.block import BlockHash
 from impl.core.multimodal import MultiModalFeature
 from impl.core.request_hasher import RequestBlockHasher
@@ -62,7 +63,7 @@ class Request:
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
-        "report_reused_blocks", "_hasher",
+        "report_reused_blocks", "_hasher", "kv_transfer",
     )
 
     def __init__(
@@ -88,8 +89,11 @@ class Request:
         grammar: Grammar | None = None,
         pooling: bool = False,
         report_reused_blocks: bool = False,
+        kv_transfer: RemoteTransfer | None = None,
     ) -> None:
         self.request_id = request_id
+        # Its part in a prefill/decode pair (upstream's kv_transfer_params; None: none).
+        self.kv_transfer = kv_transfer
         # KV events in "full" report mode (upstream's `kv_cache_report_mode`, a sampling
         # extra): every prefix-cache lookup that hits announces the reused blocks as stored.
         self.report_reused_blocks = report_reused_blocks

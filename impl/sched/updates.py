@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mypy_extensions import trait
 
+from impl.connector.types import FinishedTransfer
 from impl.core.kv_cache_manager import PrefixCacheStats
 from impl.sched.encoder_inputs import EncoderInputs
 from impl.sched.integrity import check_scheduler_integrity
@@ -71,8 +72,10 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
             self.processed_step_seq += 1  # every write of this and earlier steps is done
             self._drain_deferred_frees()
         failed_loads: set[str] = set()
+        if kv_output is not None and kv_output.failed_recving:
+            failed_loads = self._handle_failed_recving(kv_output.failed_recving)
         if kv_output is not None and kv_output.invalid_block_ids:
-            failed_loads = self._handle_invalid_blocks(kv_output.invalid_block_ids,
+            failed_loads |= self._handle_invalid_blocks(kv_output.invalid_block_ids,
                                                        scheduler_output.num_scheduled_tokens)
         # `Request.is_finished()` inlined on the hot path: statuses after PREEMPTED are the
         # finished ones (see `RequestStatus`).
@@ -121,14 +124,19 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
                                                     request.stop_reason))
                     continue
             finish_reason = request.get_finished_reason()  # before a session's turn ends
+            transfer = None
             if self._handle_stopped_request(request):
-                self._free_request(request)
+                transfer = self._free_request(request)
+                if transfer is not None and len(request.output_token_ids) == len(
+                        new_token_ids):  # its first output: it reports its prefill's hit
+                    transfer = replace(transfer,
+                                       remote_prefill_cached_tokens=request.num_cached_tokens)
             if status_before == RequestStatus.RUNNING:
                 stopped_running.add(req_id)
             else:
                 stopped_waiting.append(request)
             outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason,
-                                            request.stop_reason))
+                                            request.stop_reason, transfer))
         if stopped_running:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if stopped_waiting:
@@ -207,17 +215,22 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
             self._free_request(request, delay_free)
         return valid
 
-    def _free_request(self, request: Request, delay_free: bool = False) -> None:
+    def _free_request(self, request: Request, delay_free: bool = False
+                      ) -> FinishedTransfer | None:
+        """Finish `request`: its blocks go back now or once the connector is done with them.
+        Returns what its output hands a P/D peer (None: nothing)."""
         assert request.is_finished()
         self.inflight_prefills.pop(request.request_id, None)
-        delay_free |= self._connector_finished(request)
+        held, transfer = self._connector_finished(request)
+        delay_free |= held
         self.encoder_cache.free(request)
         self.finished_req_ids.add(request.request_id)
         self.deferred_waiting.discard(request.request_id)
         if self.continuum is not None and self.continuum.on_finish(request):
-            return  # pinned: its blocks stay for the job's next turn (`ContinuumPolicy`)
+            return transfer  # pinned: its blocks stay for the job's next turn (continuum)
         if not delay_free:
             self._free_blocks(request)
+        return transfer
 
     def check_integrity(self) -> None:
         """Queues, statuses and block ownership agree (see `impl.sched.integrity`), then the KV

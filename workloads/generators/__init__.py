@@ -23,6 +23,7 @@ from workloads.generators import (
     long_context,
     multimodal,
     offload,
+    pd,
     pooling,
     preemption_storm,
     prefix_sharing,
@@ -72,6 +73,8 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(pooling.FAMILY, pooling.SUMMARY, pooling.generate),
             Family(multimodal.UNCHUNKED_FAMILY, multimodal.UNCHUNKED_SUMMARY,
                    multimodal.unchunked),
+            Family(pd.FAMILY, pd.SUMMARY, pd.generate),
+            Family(pd.RECOMPUTE_FAMILY, pd.RECOMPUTE_SUMMARY, pd.recompute),
         )
     }
 )

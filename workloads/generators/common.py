@@ -27,6 +27,7 @@ from workloads.model import (
     Workload,
 )
 from workloads.multimodal import MultimodalItem
+from workloads.pd import KVTransferSpec
 from workloads.prompts import TokenSource
 from workloads.streaming import StreamChunk
 
@@ -86,6 +87,7 @@ class WorkloadBuilder:
         stream: tuple[StreamChunk, ...] = (),
         stream_end_step: int | None = None,
         grammar: GrammarSpec | None = None,
+        kv_transfer: KVTransferSpec | None = None,
     ) -> RequestSpec:
         """Add a request whose prompt is `segments` followed by `filler` unique tokens (with
         `after`: the new tokens its predecessor's prompt and output are followed by)."""
@@ -112,6 +114,7 @@ class WorkloadBuilder:
             stream_end_step=stream_end_step,
             resumable=stream_end_step is not None,
             grammar=grammar,
+            kv_transfer=kv_transfer,
         )
         self._requests.append(request)
         return request

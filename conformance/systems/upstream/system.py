@@ -21,10 +21,12 @@ from typing import Any
 
 from conformance.systems.connector import (
     kv_cache_tensors_for,
+    remote_transfers_of,
     split_transfers,
     upstream_connector_output,
 )
 from conformance.systems.controls import drive_control
+from conformance.systems.pd import handed_on, upstream_params
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
@@ -211,8 +213,14 @@ class UpstreamSystem:
             params.update_from_generation_config({}, request.eos_token_id)
         if request.grammar is not None:
             params.structured_outputs = structured_outputs()
+        extra: dict[str, Any] = {}
         if request.kv_cache_report_mode != "incremental":  # read by upstream's Request
-            params.extra_args = {"kv_cache_report_mode": request.kv_cache_report_mode}
+            extra["kv_cache_report_mode"] = request.kv_cache_report_mode
+        transfer = upstream_params(request, self.config.block_size)
+        if transfer is not None:  # a P/D request (read by upstream's Request)
+            extra["kv_transfer_params"] = transfer
+        if extra:
+            params.extra_args = extra
         lora = None
         if request.lora_name:
             # One int id per adapter name, as the engine's LoRA manager numbers them (the
@@ -299,6 +307,7 @@ class UpstreamSystem:
             native=out,
             transfers=transfers,
             jobs=jobs,
+            remote=remote_transfers_of(getattr(out, "kv_connector_metadata", None)),
             external_hits=self._take_external_hits(),
             encoder_inputs=encoder_inputs,
             freed_encoder_ids=freed_encoder_ids,
@@ -344,7 +353,7 @@ class UpstreamSystem:
             for o in eco.outputs:
                 reason = None if o.finish_reason is None else str(o.finish_reason)
                 outputs.append(TokenOutput(o.request_id, tuple(o.new_token_ids), reason,
-                                           o.stop_reason))
+                                           o.stop_reason, handed_on(o.kv_transfer_params)))
             if eco.scheduler_stats is not None:
                 s = eco.scheduler_stats.prefix_cache_stats
                 stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,

@@ -1,0 +1,70 @@
+"""`PDWorker`: a P/D connector's worker side and its modelled peer, played deterministically.
+
+Both systems of a lockstep run get the same worker, so a pull landing or a read finishing is a
+fact of the workload, not of timing. The rules follow upstream's NIXL worker (pull mode):
+
+* a pull the step orders with `awaiting` lands in the output of step s + `load_latency_steps`
+  (0: the same step's output), in order; it is reported by request as finished receiving
+  (an aborted request too: the scheduler then frees its blocks); a pull without `awaiting`
+  only releases the peer's blocks and reports nothing;
+* a request whose workload says `load_fails` has its whole pull fail: it is reported finished
+  *and* failed, and, as upstream's worker does for a model of one KV-cache group, its local
+  blocks are reported invalid too;
+* a finished prefill announced in step s (`reads_awaited`) is read by the modelled decode peer
+  in the output of step s + `send_latency_steps` and reported as finished sending.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from conformance.systems.protocol import ConnectorReport, RemoteTransfers
+from workloads.model import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    req_id: str
+    due_step: int
+    blocks: tuple[int, ...] = ()  # a pull's local blocks of the first group
+
+
+class PDWorker:
+    def __init__(self, workload: Workload) -> None:
+        connector = workload.config.kv_connector
+        assert connector is not None and connector.type == "nixl"
+        self.load_latency = connector.load_latency_steps
+        self.send_latency = connector.send_latency_steps
+        self._failing = frozenset(r.request_id for r in workload.requests
+                                  if r.kv_transfer is not None and r.kv_transfer.load_fails)
+        self._pulls: deque[_InFlight] = deque()
+        self._reads: deque[_InFlight] = deque()
+
+    def run(self, step: int, orders: RemoteTransfers) -> ConnectorReport:
+        """Start this step's pulls and reads, then report what has finished by its end."""
+        for pull in orders.pulls:
+            if pull.awaiting:
+                self._pulls.append(_InFlight(pull.req_id, step + self.load_latency,
+                                             pull.local_block_ids[0]
+                                             if pull.local_block_ids else ()))
+        for rid in orders.reads_awaited:
+            self._reads.append(_InFlight(rid, step + self.send_latency))
+        pulled = _complete(self._pulls, step)
+        failed = [p for p in pulled if p.req_id in self._failing]
+        return ConnectorReport(
+            finished_loads=tuple(sorted(p.req_id for p in pulled)),
+            invalid_block_ids=tuple(sorted({b for p in failed for b in p.blocks})),
+            finished_sends=tuple(sorted(r.req_id for r in _complete(self._reads, step))),
+            failed_loads=tuple(sorted(p.req_id for p in failed)))
+
+    def busy(self) -> bool:
+        """Pulls or reads still in flight (the engine must keep stepping to hear of them)."""
+        return bool(self._pulls or self._reads)
+
+
+def _complete(queue: deque[_InFlight], step: int) -> list[_InFlight]:
+    done: list[_InFlight] = []
+    while queue and queue[0].due_step <= step:
+        done.append(queue.popleft())
+    return done

@@ -1,0 +1,76 @@
+"""A P/D request's transfer parameters for each system, and what a finished prefill hands on.
+
+A router gives a decode-side request the prefill peer's engine id, address and block ids, and
+a prefill-side request only `do_remote_decode` (`workloads.pd`). The peer is modelled, not run:
+its engine id, address and block ids are fixed here, the same for both systems. What the
+scheduler decides and hands on at a prefill's finish (`HandedOn`: the blocks to read, the
+tokens they hold, the prompt's cached tokens) is compared; the connector's own address and
+engine id are configuration and are not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.systems.protocol import HandedOn
+from workloads.model import KVConnectorConfig, RequestSpec
+
+PEER_ENGINE_ID = "vtwin-prefill-peer"
+PEER_HOST = "127.0.0.1"
+PEER_PORT = 5600
+ENGINE_ID = "vtwin-engine"
+
+
+def upstream_params(request: RequestSpec, block_size: int) -> dict[str, Any] | None:
+    """Upstream's `kv_transfer_params` for the request (None: not a P/D request). A decode
+    request's peer holds its prompt in blocks numbered from 0 (the worker never reads
+    them)."""
+    spec = request.kv_transfer
+    if spec is None:
+        return None
+    if spec.role == "prefill":
+        return {"do_remote_decode": True, "do_remote_prefill": False}
+    num_blocks = -(-request.prompt_len // block_size)
+    return {"do_remote_prefill": True, "do_remote_decode": False,
+            "remote_block_ids": [list(range(num_blocks))],
+            "remote_engine_id": PEER_ENGINE_ID, "remote_request_id": request.request_id,
+            "remote_host": PEER_HOST, "remote_port": PEER_PORT, "tp_size": 1}
+
+
+def remote_transfer(request: RequestSpec) -> Any:
+    """The twin's `RemoteTransfer` for the request (None: not a P/D request)."""
+    from impl.connector.types import RemoteTransfer
+
+    spec = request.kv_transfer
+    if spec is None:
+        return None
+    return RemoteTransfer(do_remote_prefill=spec.role == "decode",
+                          do_remote_decode=spec.role == "prefill")
+
+
+def handed_on(params: Any) -> HandedOn | None:
+    """The compared part of a finished request's transfer parameters: the twin's
+    `FinishedTransfer`, upstream's dict, or None."""
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        if not params.get("do_remote_prefill"):
+            return None  # a decode side's parameters hand nothing on (bidirectional is off)
+        blocks = params.get("remote_block_ids") or ()
+        return HandedOn(tuple(tuple(int(b) for b in g) for g in blocks),
+                        int(params.get("remote_num_tokens") or 0),
+                        params.get("remote_prefill_cached_tokens"))
+    return HandedOn(tuple(tuple(g) for g in params.remote_block_ids), params.remote_num_tokens,
+                    params.remote_prefill_cached_tokens)
+
+
+def upstream_nixl_config(connector: KVConnectorConfig,
+                         connector_class: tuple[str, str] | None) -> Any:
+    """Upstream's `KVTransferConfig` for the NIXL connector on a `kv_both` instance (it plays
+    either side per request, as `workloads.pd` describes)."""
+    from vllm.config import KVTransferConfig
+
+    module, name = connector_class or (None, "NixlConnector")
+    return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
+                            kv_role="kv_both", engine_id=ENGINE_ID,
+                            kv_load_failure_policy=connector.load_failure_policy)

@@ -1,0 +1,144 @@
+"""`NixlConnectorScheduler`: the scheduler side of a prefill/decode (P/D) connector, pull mode.
+
+One engine instance of a P/D pair (a `kv_both` instance may play either part per request):
+
+* **Decode side** (`RemoteTransfer.do_remote_prefill`). The prompt was computed by the prefill
+  peer. At admission the connector claims every prompt token past the local prefix hit as an
+  asynchronous external load; the request gets blocks for them and waits
+  (WAITING_FOR_REMOTE_KVS). The next step's metadata orders the pull into the blocks that hold
+  no cached KV (`PullOrder`); a pull is ordered once per request (the flag is cleared), so a
+  preempted request recomputes instead of pulling again. A request that finishes before its
+  pull was ordered still gets an empty order: the worker uses it to tell the peer to free its
+  blocks.
+* **Prefill side** (`RemoteTransfer.do_remote_decode`). The request computes here; when it
+  finishes normally (stop or length) with blocks, its blocks outlive it until the worker
+  reports that the decode peer read them (`finished_sending`), and its output carries what the
+  decode side needs (`FinishedTransfer`: the blocks to read, the tokens they hold). A request
+  that ends otherwise (abort, error) frees its blocks at once and is listed as not processed.
+
+The connector keeps no per-step state past `build_connector_meta` except what the integrity
+check needs to know: the pulls in flight and the finished requests whose blocks wait for their
+read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from impl.connector.nixl_metadata import NixlMetadata, PullOrder
+from impl.connector.types import FinishedTransfer, KVConnectorOutput
+from impl.core.specs import FullAttentionSpec, KVCacheConfig
+from vtwin.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from impl.core.kv_cache_manager import KVCacheBlocks
+    from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
+
+NORMAL_FINISHES = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED"})
+"""The finishes (status names) after which a prefill's KV is worth reading: any other
+(abort, error, ignored) frees at once."""
+
+
+class NixlConnectorScheduler:
+    def __init__(self, kv_cache_config: KVCacheConfig) -> None:
+        if [type(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups] != [
+                FullAttentionSpec]:
+            raise ValueError("kv_connector: the 'nixl' connector is modelled for one "
+                             "full-attention group only")
+        self.group_block_sizes = [g.kv_cache_spec.block_size
+                                  for g in kv_cache_config.kv_cache_groups]
+        self._meta = NixlMetadata()
+        self._pulling: dict[str, Request] = {}  # pulls ordered and not yet reported
+        self._awaiting_read: set[str] = set()  # finished prefills whose blocks wait for a read
+
+    # -- admission --------------------------------------------------------------------------
+    def on_new_request(self, request: Request) -> None:
+        """Nothing to do: the peer's liveness (heartbeats) is not modelled."""
+
+    def get_num_new_matched_tokens(self, request: Request,
+                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+        """A decode-side request still to pull claims its prompt past the local hit, loaded
+        asynchronously; every other request claims nothing."""
+        transfer = request.kv_transfer
+        if transfer is not None and transfer.do_remote_prefill:
+            count = request.num_prompt_tokens - num_computed_tokens
+            if count > 0:
+                return count, True
+        return 0, False
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int) -> None:
+        transfer = request.kv_transfer
+        if transfer is None:
+            return
+        if transfer.do_remote_decode:
+            self._meta.reqs_in_batch.add(request.request_id)
+            return
+        if not transfer.do_remote_prefill:
+            return
+        local = tuple([b.block_id for b in group if b.block_hash is None]
+                      for group in blocks.blocks) if num_external_tokens > 0 else ()
+        cached = tuple(sum(1 for b in group if b.block_hash is not None and not b.is_null)
+                       for group in blocks.blocks)
+        self._order_pull(request, PullOrder(local, cached, num_external_tokens > 0))
+
+    def _order_pull(self, request: Request, order: PullOrder) -> None:
+        assert request.kv_transfer is not None
+        self._meta.reqs_to_recv[request.request_id] = order
+        if order.awaiting:
+            self._pulling[request.request_id] = request
+        request.kv_transfer.do_remote_prefill = False  # one pull per request
+
+    # -- each step --------------------------------------------------------------------------
+    def build_connector_meta(self, output: SchedulerOutput) -> NixlMetadata:
+        meta, self._meta = self._meta, NixlMetadata()
+        return meta
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Forget the pulls and reads the worker reported done."""
+        for rid in output.finished_recving:
+            self._pulling.pop(rid, None)
+        self._awaiting_read -= output.finished_sending
+
+    # -- finishing --------------------------------------------------------------------------
+    def request_finished(self, request: Request, block_ids: tuple[list[int], ...]
+                         ) -> tuple[bool, FinishedTransfer | None]:
+        """Whether the blocks must outlive the request, and what its output hands the peer."""
+        transfer = request.kv_transfer
+        if transfer is None:
+            return False, None
+        if transfer.do_remote_prefill:  # finished before its pull was ordered
+            self._order_pull(request, PullOrder((), (), False))
+            return False, None
+        if not transfer.do_remote_decode:
+            return False, None  # a decode-side request hands nothing on
+        if request.status.name not in NORMAL_FINISHES:
+            self._meta.reqs_not_processed.add(request.request_id)
+            return False, None
+        delay = any(block_ids)
+        if delay:
+            self._meta.reqs_to_send.append(request.request_id)
+            self._awaiting_read.add(request.request_id)
+        return delay, FinishedTransfer(tuple(tuple(ids) for ids in block_ids),
+                                       request.num_computed_tokens if delay else 0)
+
+    # -- what the scheduler and its integrity check ask -------------------------------------
+    def has_pending_stores(self) -> bool:
+        return False  # reads keep the engine stepping through their held requests
+
+    def gpu_pins(self) -> dict[int, int]:
+        return {}  # held blocks stay with their (finished) request
+
+    def cpu_counts(self) -> None:
+        return None  # no CPU tier
+
+    def loading_finished(self) -> set[str]:
+        """Finished requests that keep their blocks: pulls still in flight, reads awaited."""
+        return {rid for rid, r in self._pulling.items() if r.is_finished()} | \
+            self._awaiting_read
+
+    def check_integrity(self) -> None:
+        both = self._awaiting_read & set(self._pulling)
+        if both:
+            raise IntegrityError(f"nixl: {sorted(both)} both pulling and awaiting a read")

@@ -1,0 +1,75 @@
+"""P/D workloads (`workloads.pd`): the `nixl` connector and a request's `kv_transfer` part
+round-trip through the writer, and bad input is one line naming file, line and field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workloads import WorkloadError, loads
+from workloads.model import KVConnectorConfig
+from workloads.pd import KVTransferSpec
+from workloads.writer import dumps
+
+NIXL: dict[str, Any] = {"type": "nixl"}
+
+
+def text(config: dict[str, Any], **request: Any) -> str:
+    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
+              "config": config}
+    record = {"type": "request", "request_id": "a", "arrival_step": 0,
+              "prompt": {"length": 20}, "max_tokens": 3, **request}
+    return json.dumps(header) + "\n" + json.dumps(record) + "\n"
+
+
+def test_the_connector_and_the_parts_round_trip() -> None:
+    spec = {**NIXL, "load_failure_policy": "recompute", "load_latency_steps": 0,
+            "send_latency_steps": 3}
+    workload = loads(text({"kv_connector": spec},
+                          kv_transfer={"role": "decode", "load_fails": True}))
+    assert workload.config.kv_connector == KVConnectorConfig(
+        "nixl", load_failure_policy="recompute", load_latency_steps=0, send_latency_steps=3)
+    assert workload.requests[0].kv_transfer == KVTransferSpec("decode", True)
+    assert loads(dumps(workload)) == workload
+    written = [json.loads(line) for line in dumps(workload).splitlines()]
+    assert written[0]["config"]["kv_connector"] == spec
+    assert written[1]["kv_transfer"] == {"role": "decode", "load_fails": True}
+    plain = loads(text({"kv_connector": NIXL}))
+    assert "kv_transfer" not in dumps(plain)
+
+
+# field -> (config, request fields, message substring, line)
+BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
+    "config.kv_connector.send_latency_steps": (
+        {"kv_connector": {**NIXL, "send_latency_steps": -1}}, {},
+        "greater than or equal to 0 (got -1)", 1),
+    "config.kv_connector.num_cpu_blocks": (
+        {"kv_connector": {**NIXL, "num_cpu_blocks": 4}}, {}, "unknown field", 1),
+    "config.kv_cache_groups": (
+        {"kv_connector": NIXL, "kv_cache_groups": [
+            {"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]}, {},
+        "one full-attention group only", 1),
+    "kv_transfer": ({}, {"kv_transfer": {"role": "decode"}},
+                    "needs the engine's kv_connector of type 'nixl' (got no connector)", 2),
+    "kv_transfer.role": ({"kv_connector": NIXL}, {"kv_transfer": {"role": "both"}},
+                         "got 'both'", 2),
+    "kv_transfer.load_fails": ({"kv_connector": NIXL},
+                               {"kv_transfer": {"role": "prefill", "load_fails": True}},
+                               "only a 'decode' request pulls KV that can fail", 2),
+    "stream_end_step": ({"kv_connector": NIXL},
+                        {"kv_transfer": {"role": "prefill"}, "stream_end_step": 4},
+                        "cannot be a streaming session yet", 2),
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD))
+def test_bad_input_is_one_line_naming_file_line_and_field(field: str) -> None:
+    config, request, expected, line = BAD[field]
+    with pytest.raises(WorkloadError) as caught:
+        loads(text(config, **request), "w.jsonl")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"w.jsonl:{line}: field '{field}': "), message
+    assert expected in message

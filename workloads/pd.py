@@ -1,0 +1,57 @@
+"""Prefill/decode disaggregation (P/D) seen from one instance: requests whose KV crosses to or
+from a remote peer through upstream's NIXL connector.
+
+A P/D deployment runs a prefill instance and a decode instance behind a router. The router
+sends a request to the prefill instance with `do_remote_decode` (compute the prompt, keep the
+KV blocks until the decode side has read them), then to the decode instance with
+`do_remote_prefill` and the prefill side's block ids (pull the prompt's KV, then decode). One
+workload models one instance, which may see both kinds, as a `kv_both` instance does:
+
+* `{"role": "decode"}`: the prompt's KV is pulled from the (modelled) prefill peer; the
+  request waits (WAITING_FOR_REMOTE_KVS) until the pull lands, `load_latency_steps` after the
+  step that asked for it. `load_fails`: the pull fails as a whole (the worker reports it in
+  `failed_recving`); the engine's `load_failure_policy` decides between an error and a local
+  recompute.
+* `{"role": "prefill"}`: the request is computed here and its KV is read by the modelled
+  decode peer; a request that finishes normally keeps its blocks until the peer's read is
+  reported (`finished_sending`), `send_latency_steps` after the step that announced it.
+
+The peer itself is not run: its block ids, engine id and address are fixed by the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workloads.errors import WorkloadError
+
+PD_ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class KVTransferSpec:
+    """A request's part in a P/D pair (see the module docstring)."""
+
+    role: Literal["prefill", "decode"]
+    load_fails: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, **({"load_fails": True} if self.load_fails else {})}
+
+
+def check_kv_transfer(spec: KVTransferSpec, connector_type: str | None, *,
+                      continues: bool, streaming: bool, has_mm: bool,
+                      fail: Callable[[str, str], WorkloadError]) -> None:
+    """`fail(field, problem)` for a transfer the harness cannot model."""
+    if connector_type != "nixl":
+        raise fail("kv_transfer", "needs the engine's kv_connector of type 'nixl' (got "
+                   f"{'no connector' if connector_type is None else repr(connector_type)})")
+    if spec.load_fails and spec.role != "decode":
+        raise fail("kv_transfer.load_fails", "only a 'decode' request pulls KV that can fail")
+    for field, present, what in (("after", continues, "continue another request"),
+                                 ("stream_end_step", streaming, "be a streaming session"),
+                                 ("mm_items", has_mm, "carry multimodal items")):
+        if present:
+            raise fail(field, f"a P/D request (kv_transfer) cannot {what} yet")
