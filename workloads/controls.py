@@ -7,8 +7,11 @@ and resumes it. A `control` record applies one such operation just before the st
 scheduled, after that step's arrivals and aborts, as the engine core does between steps.
 
 `reset_prefix_cache` succeeds only while no block is in use; `preempt_running` first preempts
-every running request (upstream's `reset_running_requests`), so it always succeeds. Whether a
-reset succeeded is observable and compared.
+every running request (upstream's `reset_running_requests`), so it always succeeds;
+`reset_connector` also resets the KV connector's cache (upstream's `reset_connector`: the
+OffloadingConnector forgets every chunk; a connector without a cache of its own has nothing to
+forget), and the reset succeeds only if both do. Whether a reset succeeded is observable and
+compared.
 """
 
 from __future__ import annotations
@@ -26,17 +29,19 @@ ACTIONS: tuple[str, ...] = ("reset_prefix_cache", "reset_encoder_cache", "pause"
 
 @dataclass(frozen=True, slots=True)
 class ControlSpec:
-    """One operation at `step`; `preempt_running` only for `reset_prefix_cache`, `mode` only
-    (and always) for `pause`."""
+    """One operation at `step`; `preempt_running` and `reset_connector` only for
+    `reset_prefix_cache`, `mode` only (and always) for `pause`."""
 
     step: int
     action: Action
     preempt_running: bool = False
     mode: PauseMode | None = None
+    reset_connector: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "control", "step": self.step, "action": self.action,
                 **({"preempt_running": True} if self.preempt_running else {}),
+                **({"reset_connector": True} if self.reset_connector else {}),
                 **({"mode": self.mode} if self.mode is not None else {})}
 
 
@@ -46,9 +51,11 @@ def check_controls(controls: Sequence[tuple[int, ControlSpec]],
     for one that cannot be meant: fields of another action, or a pause never lifted (the run
     would wait forever)."""
     for line, control in controls:
-        if control.preempt_running and control.action != "reset_prefix_cache":
-            raise fail(line, "preempt_running", f"only for 'reset_prefix_cache', not "
-                       f"{control.action!r}")
+        for field, value in (("preempt_running", control.preempt_running),
+                             ("reset_connector", control.reset_connector)):
+            if value and control.action != "reset_prefix_cache":
+                raise fail(line, field, f"only for 'reset_prefix_cache', not "
+                           f"{control.action!r}")
         if (control.mode is not None) != (control.action == "pause"):
             verb = "needs" if control.action == "pause" else "must not set"
             raise fail(line, "mode", f"{control.action!r} {verb} 'mode' ('new' or 'all')")

@@ -234,6 +234,7 @@ class ControlModel(_Strict):
     action: Literal["reset_prefix_cache", "reset_encoder_cache", "pause", "unpause"]
     preempt_running: bool = False
     mode: Literal["new", "all"] | None = None
+    reset_connector: bool = False
 
 
 RecordModel = RequestModel | AbortModel | PlanModel | ControlModel

@@ -35,6 +35,7 @@ NOT_OFFLOADED: dict[str, str] = {
     "operator-controls": "its forced prefix-cache reset comes while a request loads from the "
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
     "pd-disaggregation": "runs the NIXL P/D connector already (one connector per engine)",
+    "offloading-resets": "runs the OffloadingConnector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
 }
 """Suite workloads left out of the offload suite, with why."""

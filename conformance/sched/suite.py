@@ -26,6 +26,7 @@ from conformance.paths import REGRESSIONS_DIR
 from conformance.sched.compare import Divergence
 from vtwin.errors import UserError
 from workloads import AbortSpec, KVCacheGroup, Workload, dump, dumps, list_workloads, load, loads
+from workloads.controls import ControlSpec
 from workloads.generators import generate
 
 
@@ -60,6 +61,23 @@ def _aborts() -> Workload:
     return replace(workload, name="aborts-mid-prefill-decode",
                    description=f"{workload.description}; aborts mid-prefill and mid-decode",
                    aborts=tuple(sorted(aborts, key=lambda a: a.step)))
+
+
+def _offloading_resets() -> Workload:
+    """multi-turn with the OffloadingConnector on a cut GPU pool (the offload suite's
+    `offloading` mode) and an operator's reset of the prefix cache and the connector's cache
+    a third and two thirds of the way through the arrivals: the first comes while requests
+    run (the prefix reset is refused, the connector forgets every chunk and ignores its jobs'
+    late reports), the second between conversations' turns."""
+    from conformance.sched.offload_suite import with_offload
+
+    workload = with_offload(load("multi-turn"), "offloading")
+    last = max(r.arrival_step for r in workload.requests)
+    resets = tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
+                   for step in (last // 3, 2 * last // 3))
+    return replace(workload, name="offloading-resets",
+                   description=f"{workload.description}; two prefix-cache and connector resets",
+                   controls=resets)
 
 
 def _bundled(name: str) -> Callable[[], Workload]:
@@ -169,6 +187,10 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("pd-disaggregation-recompute", "the P/D connector with a failed pull "
                "recomputed locally (load_failure_policy 'recompute')",
                _bundled("pd-disaggregation-recompute")),
+    SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
+               "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
+               "their late reports ignored, requests offering their chunks again",
+               _offloading_resets),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),

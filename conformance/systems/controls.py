@@ -13,7 +13,8 @@ from workloads.controls import ControlSpec
 def drive_control(scheduler: Any, control: ControlSpec, pause_states: Any) -> bool | None:
     """Apply `control`: a reset's success, None for the others."""
     if control.action == "reset_prefix_cache":
-        return bool(scheduler.reset_prefix_cache(reset_running_requests=control.preempt_running))
+        return bool(scheduler.reset_prefix_cache(reset_running_requests=control.preempt_running,
+                                                 reset_connector=control.reset_connector))
     if control.action == "reset_encoder_cache":
         scheduler.reset_encoder_cache()
     elif control.action == "pause":

@@ -240,6 +240,11 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         """Finished requests whose load is still in flight."""
         return {rid for rid, state in self.reqs_to_load.items() if state.finished}
 
+    def reset_cache(self) -> bool | None:
+        """Upstream's reset abandons transfers in flight (their completions release pins
+        without caching): not twinned, so refused here as the workload format refuses it."""
+        raise NotImplementedError("reset_connector with the CPU offload tier is not modelled")
+
     def has_pending_stores(self) -> bool:
         return bool(self.pending_finished_stores or self.store_event_to_blocks)
 

@@ -138,6 +138,9 @@ class NixlConnectorScheduler:
         return {rid for rid, r in self._pulling.items() if r.is_finished()} | \
             self._awaiting_read
 
+    def reset_cache(self) -> None:
+        """Nothing to forget: the connector caches no KV of its own."""
+
     def check_integrity(self) -> None:
         both = self._awaiting_read & set(self._pulling)
         if both:

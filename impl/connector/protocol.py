@@ -54,4 +54,8 @@ class SchedulerConnector(Protocol):
     def loading_finished(self) -> set[str]:
         """Finished requests whose load is still in flight (they keep their blocks)."""
 
+    def reset_cache(self) -> bool | None:
+        """An operator's reset of the connector's own cache: False if refused, None if it
+        keeps none."""
+
     def check_integrity(self) -> None: ...

@@ -280,11 +280,13 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
         """KV pins still held (continuum): the engine keeps stepping until they expire."""
         return self.continuum is not None and bool(self.continuum.pins)
 
-    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+    def reset_prefix_cache(self, reset_running_requests: bool = False,
+                           reset_connector: bool = False) -> bool:
         """Forget every cached prefix; refused (False) while blocks are in use, unless every
         running request is preempted first (`reset_running_requests`), last admitted first so
         they resume in their order, and as if none had run in the previous step; the next
-        step's output lists them as preempted."""
+        step's output lists them as preempted. `reset_connector`: the connector's cache too
+        (even when the prefix reset is refused); True only if both reset."""
         if reset_running_requests:
             if any(r.num_output_placeholders for r in self.running):
                 raise NotImplementedError(
@@ -300,7 +302,16 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
         if reset_running_requests and not reset:
             raise RuntimeError("reset_prefix_cache: blocks still in use after preempting every "
                                "running request (a request waiting for a KV load holds them)")
+        if reset_connector:
+            reset = self.reset_connector_cache() and reset
         return reset
+
+    def reset_connector_cache(self) -> bool:
+        """Reset the connector's own cache: True without a connector or with one that keeps
+        none; False if the connector refuses."""
+        if self.connector is None:
+            return True
+        return self.connector.reset_cache() is not False
 
     def reset_encoder_cache(self) -> None:
         """Forget every encoder output (new weights make cached embeddings stale)."""

@@ -165,6 +165,15 @@ def test_a_failed_pull_starts_over_locally_under_recompute() -> None:
     assert scheduled == {"d": 10} and meta.reqs_to_recv == {}  # the whole prompt, no pull
 
 
+def test_a_connector_reset_succeeds_with_nothing_to_forget() -> None:
+    scheduler = nixl_scheduler()
+    assert scheduler.reset_prefix_cache(reset_connector=True)
+    scheduler.add_request(decode("d", range(10, 20)))
+    run_step(scheduler)
+    assert not scheduler.reset_prefix_cache(reset_connector=True)  # the pull holds blocks
+    assert scheduler.reset_connector_cache()
+
+
 def test_the_integrity_check_refuses_a_request_both_pulling_and_held() -> None:
     scheduler = nixl_scheduler()
     scheduler.add_request(decode("d", range(10, 20)))

@@ -156,6 +156,18 @@ def test_a_reset_flushes_jobs_and_ignores_their_late_reports() -> None:
     assert list(meta.store_jobs) == [1]
 
 
+def test_an_operator_reset_of_the_connector_resets_it_even_when_the_prefix_reset_fails(
+        ) -> None:
+    scheduler = offloading_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=4))
+    run_step(scheduler)
+    assert not scheduler.reset_prefix_cache()  # blocks in use: refused, connector untouched
+    assert connector(scheduler).jobs
+    assert not scheduler.reset_prefix_cache(reset_connector=True)  # still refused...
+    assert not connector(scheduler).jobs  # ...but the connector forgot its jobs
+    assert connector(scheduler).cpu_counts() == (0, 0, 32)
+
+
 def test_integrity_catches_a_job_its_request_does_not_list() -> None:
     scheduler = offloading_scheduler()
     scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))

@@ -8,13 +8,15 @@ router caps most at one token, and every finished one keeps its blocks until the
 has read them, so held prefills crowd a pool sized for a handful of requests and push running
 requests out. The rest are ordinary. Aborts land on a decode request still queued (its peer
 must still be told to free its blocks), on one whose pull is in flight (its blocks stay until
-the pull lands), and on a prefill mid-prompt (no read follows).
+the pull lands), and on a prefill mid-prompt (no read follows). An operator's reset of the
+prefix cache and the connector's cache comes while requests run.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from workloads.controls import ControlSpec
 from workloads.generators.common import WorkloadBuilder, poisson_arrivals, rng_for, scaled, seg
 from workloads.model import EngineConfig, KVConnectorConfig, Workload
 from workloads.pd import KVTransferSpec
@@ -65,6 +67,9 @@ def generate(seed: int, scale: float, name: str, policy: str = "fail") -> Worklo
     builder.request("pulling-decode", first, [systems[0]], 60, 8,
                     kv_transfer=KVTransferSpec("decode"))
     builder.abort("pulling-decode", first + 1)
+    # An operator resets the prefix cache and the connector's (refused while blocks are in
+    # use; the connector keeps no cache of its own, so its part succeeds).
+    builder.control(ControlSpec(first + 12, "reset_prefix_cache", reset_connector=True))
     return builder.build()
 
 
