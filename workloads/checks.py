@@ -128,6 +128,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         log_stats=model.log_stats,
         runner=model.runner,
         data_parallel=model.data_parallel,
+        log_iteration_details=model.log_iteration_details,
+        per_request_spec_decode_metrics=model.per_request_spec_decode_metrics,
     )
 
 

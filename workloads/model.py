@@ -17,6 +17,7 @@ from workloads.multimodal import MultimodalConfig, MultimodalItem
 from workloads.pd import KVTransferSpec
 from workloads.streaming import StreamChunk
 
+SpecMetricsLevel = Literal["none", "summary", "detailed"]
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
@@ -191,6 +192,10 @@ class EngineConfig:
     log_stats: bool = True  # False: the scheduler keeps and reports no stats
     runner: Runner = "generate"
     data_parallel: bool = False
+    # Upstream's enable_logging_iteration_details: each step's encoder inputs counted.
+    log_iteration_details: bool = False
+    # Upstream's per_request_spec_decode_metrics: none | summary | detailed.
+    per_request_spec_decode_metrics: SpecMetricsLevel = "none"
 
     @property
     def usable_blocks(self) -> int:
@@ -229,6 +234,9 @@ class EngineConfig:
             **({"log_stats": False} if not self.log_stats else {}),
             **({"runner": self.runner} if self.runner != "generate" else {}),
             **({"data_parallel": True} if self.data_parallel else {}),
+            **({"log_iteration_details": True} if self.log_iteration_details else {}),
+            **({"per_request_spec_decode_metrics": self.per_request_spec_decode_metrics}
+               if self.per_request_spec_decode_metrics != "none" else {}),
         }
 
 

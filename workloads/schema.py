@@ -148,6 +148,8 @@ class EngineConfigModel(_Strict):
     log_stats: bool = True
     runner: Literal["generate", "pooling"] = "generate"
     data_parallel: bool = False
+    log_iteration_details: bool = False
+    per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = "none"
 
 
 class HeaderModel(_Strict):

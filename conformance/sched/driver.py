@@ -320,6 +320,7 @@ class Driver:
             cpu_blocks=after.cpu_blocks,
             encoder_inputs=() if s is None else s.encoder_inputs,
             freed_encoder_ids=() if s is None else s.freed_encoder_ids,
+            encoder_input_stats=None if s is None else s.encoder_input_stats,
             grammar_rows=() if s is None else s.grammar_rows,
             encoder_cache=after.encoder_cache,
             controls=controls,

@@ -36,6 +36,12 @@ NOT_OFFLOADED: dict[str, str] = {
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
     "pd-disaggregation": "runs the NIXL P/D connector already (one connector per engine)",
     "offloading-resets": "runs the OffloadingConnector already",
+    "multimodal-iteration-details": "a logging option over `multimodal`, which runs with "
+                                    "every connector already",
+    "spec-decode-request-metrics": "a metrics option over `spec-decode`, which runs with every "
+                                   "connector already",
+    "structured-output-request-metrics": "a metrics option over `structured-output-async`, "
+                                         "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
 }
 """Suite workloads left out of the offload suite, with why."""

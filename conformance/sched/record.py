@@ -109,6 +109,8 @@ class StepRecord:
     encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     freed_encoder_ids: tuple[str, ...] = ()
     encoder_cache: EncoderCacheCounts | None = None
+    # With iteration details logged: (encoder inputs, their embeddings) the step schedules.
+    encoder_input_stats: tuple[int, int] | None = None
     # Structured output (empty without): the grammar bitmask's rows, (request, drafts covered).
     grammar_rows: tuple[tuple[str, int], ...] = ()
     # Operations between steps applied before this step was scheduled, with their results
@@ -166,7 +168,8 @@ class StepRecord:
             "cached_digest": self.cached_digest,
             **connector_json(self.transfers, self.external_hits, self.connector_report,
                              self.cpu_blocks),
-            **encoder_json(self.encoder_inputs, self.freed_encoder_ids, self.encoder_cache),
+            **encoder_json(self.encoder_inputs, self.freed_encoder_ids, self.encoder_cache,
+                           self.encoder_input_stats),
             **({"grammar_rows": [[rid, n] for rid, n in self.grammar_rows]}
                if self.grammar_rows else {}),
             **({"controls": [[action, result] for action, result in self.controls]}

@@ -16,6 +16,7 @@ from conformance.systems.protocol import (
     OffloadJob,
     PullOrder,
     RemoteTransfers,
+    SpecMetrics,
     TokenOutput,
     Transfers,
 )
@@ -25,6 +26,13 @@ def output_json(o: TokenOutput) -> dict[str, Any]:
     """One request's output in a record (`handed_on` only when there is one)."""
     out: dict[str, Any] = {"new_token_ids": list(o.new_token_ids),
                            "finish_reason": o.finish_reason, "stop_reason": o.stop_reason}
+    m = o.spec_metrics
+    if m is not None:
+        out["spec_metrics"] = {"histogram": list(m.histogram),
+                               "num_draft_tokens": m.num_draft_tokens,
+                               **({"per_step_accepted": list(m.per_step_accepted),
+                                   "per_step_drafted": list(m.per_step_drafted)}
+                                  if m.per_step_accepted else {})}
     h = o.handed_on
     if h is not None:
         out["handed_on"] = {"remote_block_ids": [list(g) for g in h.remote_block_ids],
@@ -35,10 +43,15 @@ def output_json(o: TokenOutput) -> dict[str, Any]:
 
 def output_of(req_id: str, data: dict[str, Any]) -> TokenOutput:
     h = data.get("handed_on")
+    m = data.get("spec_metrics")
     return TokenOutput(req_id, tuple(data["new_token_ids"]), data["finish_reason"],
                        data["stop_reason"], None if h is None else HandedOn(
                            tuple(tuple(g) for g in h["remote_block_ids"]),
-                           h["remote_num_tokens"], h["remote_prefill_cached_tokens"]))
+                           h["remote_num_tokens"], h["remote_prefill_cached_tokens"]),
+                       None if m is None else SpecMetrics(
+                           tuple(m["histogram"]), m["num_draft_tokens"],
+                           tuple(m.get("per_step_accepted", ())),
+                           tuple(m.get("per_step_drafted", ()))))
 
 
 def connector_json(t: Transfers | JobTransfers | RemoteTransfers | None,

@@ -120,6 +120,17 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "drafts offered mid-prefill are dropped, uniform padding beside prefills",
                _variant("spec-decode", "spec-decode-chunked", "32-token budget, threshold 24",
                         max_num_batched_tokens=32, long_prefill_token_threshold=24)),
+    SuiteEntry("spec-decode-request-metrics", "speculative decoding with per-request metrics "
+               "(per_request_spec_decode_metrics detailed): each finished request's histogram "
+               "of accepted drafts, drafts proposed and per-step counts",
+               _variant("spec-decode", "spec-decode-request-metrics", "per-request metrics",
+                        per_request_spec_decode_metrics="detailed")),
+    SuiteEntry("structured-output-request-metrics", "per-request spec-decode metrics (summary) "
+               "with grammars under async scheduling: drafts the grammar rejected left out of "
+               "the proposed count",
+               _variant("structured-output", "structured-output-request-metrics",
+                        "async scheduling, per-request metrics", async_scheduling=True,
+                        per_request_spec_decode_metrics="summary")),
     SuiteEntry("spec-decode-stats-off", "speculative decoding with stats off (no prefix-cache, "
                "spec-decoding or scheduler stats kept or reported)",
                _variant("spec-decode", "spec-decode-stats-off", "stats off", log_stats=False)),
@@ -159,6 +170,11 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("multimodal-hits", "multimodal at seed 4 under the priority policy: prefix hits "
                "that end inside an image whose encoder output is gone (no budget left: the chunk "
                "gets nothing), a reused image id", _multimodal_hits),
+    SuiteEntry("multimodal-iteration-details", "multimodal with per-iteration details logged "
+               "(enable_logging_iteration_details): each step's encoder inputs and their "
+               "embeddings counted in the scheduler output",
+               _variant("multimodal", "multimodal-iteration-details",
+                        "per-iteration details logged", log_iteration_details=True)),
     SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
                "before an item they cannot cover)", _bundled("multimodal-unchunked")),
     SuiteEntry("streaming-sessions", "streaming-input sessions: turns, parts queued or awaited "

@@ -194,6 +194,8 @@ class Scheduled:
     # and the encoder-cache entries evicted since the last step (what the worker drops).
     encoder_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     freed_encoder_ids: tuple[str, ...] = ()
+    # With iteration details logged: (encoder inputs, their embeddings) this step schedules.
+    encoder_input_stats: tuple[int, int] | None = None
     # Structured output: the grammar bitmask's rows, (request, drafts the mask covers); under
     # async scheduling a step whose grammar requests have a step in flight waits for that
     # step's output (`pending_grammar`; `System.resolve_deferred` then fills both in).
@@ -227,6 +229,18 @@ class HandedOn:
 
 
 @dataclass(frozen=True, slots=True)
+class SpecMetrics:
+    """A finished request's speculative-decoding metrics (upstream's
+    per_request_spec_decode_metrics): verify steps by accepted drafts, drafts proposed, and
+    (`detailed`) each step's accepted and proposed counts in order."""
+
+    histogram: tuple[int, ...]
+    num_draft_tokens: int
+    per_step_accepted: tuple[int, ...] = ()
+    per_step_drafted: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenOutput:
     """One request's share of `update_from_output`: tokens kept, and why it finished if it did.
 
@@ -238,6 +252,7 @@ class TokenOutput:
     finish_reason: str | None
     stop_reason: int | str | None
     handed_on: HandedOn | None = None  # a finished P/D prefill's transfer parameters
+    spec_metrics: SpecMetrics | None = None  # a finished request's, when they are kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.systems.protocol import BlockIds, Scheduled, SpecDecodingCounts
+from conformance.systems.protocol import BlockIds, Scheduled, SpecDecodingCounts, SpecMetrics
 
 
 def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:
@@ -56,6 +56,15 @@ def spec_counts(stats: Any) -> SpecDecodingCounts | None:
                               stats.num_accepted_tokens,
                               tuple(stats.num_accepted_tokens_per_pos),
                               tuple(stats.num_draft_tokens_per_pos))
+
+
+def request_spec_metrics(metrics: Any) -> SpecMetrics | None:
+    """A finished request's speculative-decoding metrics, from either system's accumulator
+    (the twin's `RequestSpecMetrics`, upstream's `RequestSpecDecodeMetrics`), or None."""
+    if metrics is None:
+        return None
+    return SpecMetrics(tuple(metrics.histogram), metrics.num_draft_tokens,
+                       tuple(metrics.per_step_accepted), tuple(metrics.per_step_drafted))
 
 
 def grammar_rows(grammar_output: Any) -> tuple[tuple[str, int], ...]:

@@ -47,6 +47,7 @@ from conformance.systems.readback import (
     block_tables_of,
     external_hash,
     grammar_rows,
+    request_spec_metrics,
     resolved,
     spec_counts,
 )
@@ -87,6 +88,8 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         kv_connector=offload_settings(config),
         **encoder_settings(config),
         num_sampled_tokens_per_step=0 if config.runner == "pooling" else 1,
+        log_iteration_details=config.log_iteration_details,
+        per_request_spec_decode_metrics=config.per_request_spec_decode_metrics,
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
@@ -236,6 +239,7 @@ class ImplSystem:
             encoder_inputs=tuple((rid, tuple(ids))
                                  for rid, ids in out.scheduled_encoder_inputs.items()),
             freed_encoder_ids=tuple(out.free_encoder_mm_hashes),
+            encoder_input_stats=out.scheduled_encoder_input_stats,
             grammar_rows=() if out.pending_structured_output_tokens
             else grammar_rows(self.scheduler.get_grammar_bitmask(out)),
             pending_grammar=out.pending_structured_output_tokens,
@@ -266,7 +270,8 @@ class ImplSystem:
             pooled_req_ids=frozenset(output.pooled),
         ))
         outputs = tuple(TokenOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason,
-                                    o.stop_reason, handed_on(o.kv_transfer_params))
+                                    o.stop_reason, handed_on(o.kv_transfer_params),
+                                    request_spec_metrics(o.spec_metrics))
                         for o in result)
         made = self.scheduler.make_stats()
         if made is None:  # stats off

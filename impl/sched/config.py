@@ -50,6 +50,13 @@ class SchedulerConfig:
     # Tokens a step samples after a request's input: 1, or 0 for a pooling model (its requests
     # end with pooled output, so a prompt may fill the whole context).
     num_sampled_tokens_per_step: int = 1
+    # Per-iteration details for the engine's logs (upstream's observability option
+    # enable_logging_iteration_details): with stats on, each output counts the encoder inputs
+    # it schedules and their embeddings.
+    log_iteration_details: bool = False
+    # Per-request speculative-decoding metrics on each finished request's output (upstream's
+    # per_request_spec_decode_metrics): none | summary | detailed (per-step counts too).
+    per_request_spec_decode_metrics: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",

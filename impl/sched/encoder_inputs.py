@@ -118,6 +118,13 @@ class EncoderInputs(SchedulerState):
         for index in shared:
             cache.check_and_update_cache(request, index)
 
+    def _encoder_input_stats(self, encoder_inputs: dict[str, list[int]]) -> tuple[int, int]:
+        """(encoder inputs, their embeddings) a step schedules, for the per-iteration log."""
+        requests = self.requests
+        features = [requests[rid].mm_features[i] for rid, ids in encoder_inputs.items()
+                    for i in ids]
+        return len(features), sum(f.num_embeds for f in features)
+
     def _free_encoder_inputs(self, request: Request) -> None:
         """After a step ran: drop references to items whose placeholders the decoder has
         passed (their embeddings now live in the KV cache)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from impl.connector.nixl_metadata import NixlMetadata
 from impl.connector.offloading.jobs import OffloadingMetadata
 from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
+from impl.sched.spec_stats import RequestSpecMetrics
 
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
 PLACEHOLDER_DRAFT = -1
@@ -94,6 +95,9 @@ class SchedulerOutput:
     # encoder-cache entries evicted since the last step, for the worker to drop.
     scheduled_encoder_inputs: dict[str, list[int]]
     free_encoder_mm_hashes: list[str]
+    # With iteration details logged: (encoder inputs, their embeddings) this step schedules
+    # (None: details off, or no input scheduled).
+    scheduled_encoder_input_stats: tuple[int, int] | None
     # Structured output under async scheduling: a scheduled request with a grammar has a step
     # in flight, so its bitmask (and its drafts) wait for that step's output; drafts the
     # grammar then rejected, per request (they stay scheduled as -1).
@@ -119,6 +123,7 @@ class SchedulerOutput:
         self.kv_connector_metadata = kv_connector_metadata
         self.scheduled_encoder_inputs = {}
         self.free_encoder_mm_hashes = []
+        self.scheduled_encoder_input_stats = None
         self.pending_structured_output_tokens = False
         self.num_invalid_spec_tokens = {}
 
@@ -155,12 +160,16 @@ class EngineCoreOutput:
     stop_reason: int | None
     # A finished prefill-side P/D request: what its decode peer needs (`impl.connector.nixl`).
     kv_transfer_params: FinishedTransfer | None
+    # A finished request's speculative-decoding metrics (per_request_spec_decode_metrics).
+    spec_metrics: RequestSpecMetrics | None
 
     def __init__(self, request_id: str, new_token_ids: list[int],
                  finish_reason: str | None = None, stop_reason: int | None = None,
-                 kv_transfer_params: FinishedTransfer | None = None) -> None:
+                 kv_transfer_params: FinishedTransfer | None = None,
+                 spec_metrics: RequestSpecMetrics | None = None) -> None:
         self.request_id = request_id
         self.new_token_ids = new_token_ids
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
         self.kv_transfer_params = kv_transfer_params
+        self.spec_metrics = spec_metrics

@@ -12,6 +12,7 @@ from impl.core.block import BlockHash
 from impl.core.multimodal import MultiModalFeature
 from impl.core.request_hasher import RequestBlockHasher
 from impl.sched.grammar import Grammar
+from impl.sched.spec_stats import RequestSpecMetrics
 
 
 class RequestStatus(enum.IntEnum):
@@ -63,7 +64,7 @@ class Request:
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
-        "report_reused_blocks", "_hasher", "kv_transfer",
+        "report_reused_blocks", "_hasher", "kv_transfer", "spec_metrics",
     )
 
     def __init__(
@@ -94,6 +95,8 @@ class Request:
         self.request_id = request_id
         # Its part in a prefill/decode pair (upstream's kv_transfer_params; None: none).
         self.kv_transfer = kv_transfer
+        # Speculative-decoding metrics over its life (per_request_spec_decode_metrics).
+        self.spec_metrics: RequestSpecMetrics | None = None
         # KV events in "full" report mode (upstream's `kv_cache_report_mode`, a sampling
         # extra): every prefix-cache lookup that hits announces the reused blocks as stored.
         self.report_reused_blocks = report_reused_blocks

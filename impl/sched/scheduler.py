@@ -127,6 +127,9 @@ class Scheduler(Admission):
         output = make_output(plan, self.max_num_scheduled_tokens, self.finished_req_ids,
                              self.prev_step_scheduled_req_ids)
         output.scheduled_encoder_inputs = plan.encoder_inputs
+        if plan.encoder_inputs and self.log_stats and \
+                self.scheduler_config.log_iteration_details:
+            output.scheduled_encoder_input_stats = self._encoder_input_stats(plan.encoder_inputs)
         if self.preempted_between_steps:
             output.preempted_req_ids = (output.preempted_req_ids or set()) | \
                 self.preempted_between_steps

@@ -15,7 +15,7 @@ from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput
 from impl.sched.pause import PauseState
 from impl.sched.preemption import Preemption
 from impl.sched.request import Request, RequestStatus
-from impl.sched.spec_stats import SpecDecodingStats
+from impl.sched.spec_stats import RequestSpecMetrics, SpecDecodingStats
 from impl.sched.stop import check_stop
 from impl.sched.streaming import StreamingSessions
 from impl.sched.structured_output import StructuredOutput
@@ -49,6 +49,9 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
                 "(upstream drops the output of a step in flight when a turn ends, which the "
                 "twin does not model)")
         self._open_session(request)
+        level = self.scheduler_config.per_request_spec_decode_metrics
+        if level != "none":
+            request.spec_metrics = RequestSpecMetrics(self.num_spec_tokens, level == "detailed")
         if request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
             self.deferred_waiting.add(request.request_id)  # skipped until its grammar compiles
         self.waiting.add_request(request)
@@ -98,6 +101,10 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
                     spec_stats.observe(
                         len(drafts) - scheduler_output.num_invalid_spec_tokens.get(req_id, 0),
                         len(generated) - 1)
+                if request.spec_metrics is not None:
+                    request.spec_metrics.observe(
+                        len(drafts) - scheduler_output.num_invalid_spec_tokens.get(req_id, 0),
+                        len(generated) - 1)
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
                     request.num_computed_tokens -= num_rejected
@@ -136,7 +143,8 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
             else:
                 stopped_waiting.append(request)
             outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason,
-                                            request.stop_reason, transfer))
+                                            request.stop_reason, transfer,
+                                            request.spec_metrics))
         if stopped_running:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if stopped_waiting:

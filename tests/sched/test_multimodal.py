@@ -200,3 +200,22 @@ def test_a_chunk_ending_in_an_items_leading_break_tokens_encodes_nothing() -> No
     r = make_request("r", range(100, 140), mm_features=[lead])
     assert s._try_schedule_encoder_inputs(r, 0, 6, 64) == ([], 6, 64, [])
     assert s._try_schedule_encoder_inputs(r, 0, 7, 64) == ([0], 7, 62, [])
+
+
+def test_iteration_details_count_the_scheduled_inputs_and_their_embeddings() -> None:
+    """Upstream's enable_logging_iteration_details: the output counts the encoder inputs it
+    schedules and the embeddings they produce (placeholders that are not embeddings left
+    out); nothing without inputs, with the option off, or with stats off."""
+    partial = MultiModalFeature("partial", 30, 10, (True, False) * 5)
+    features = [image("whole", 0, 20), partial]
+    for config, log_stats, expected in (({"log_iteration_details": True}, True, (2, 25)),
+                                        ({}, True, None),
+                                        ({"log_iteration_details": True}, False, None)):
+        s = mm_scheduler(**config)
+        s.log_stats = log_stats
+        s.add_request(make_request("a", range(100, 160), mm_features=features))
+        out, _ = step(s)
+        assert out.scheduled_encoder_inputs == {"a": [0, 1]}
+        assert out.scheduled_encoder_input_stats == expected, config
+        out, _ = step(s)
+        assert out.scheduled_encoder_input_stats is None  # a decode step encodes nothing

@@ -151,3 +151,33 @@ def test_priority_victim_before_the_loop_position_shifts_it_back() -> None:
     assert scheduled(third) == {"filler": 1, "mid": 1, "last": 1}
     assert third.preempted_req_ids == {"low"}
     scheduler.check_integrity()
+
+
+@pytest.mark.parametrize("level", ["summary", "detailed"])
+def test_per_request_metrics_reach_the_finished_output(level: str) -> None:
+    """per_request_spec_decode_metrics: each verify step counts its accepted drafts in a
+    histogram and its drafts proposed; `detailed` keeps each step's counts in order; the
+    metrics ride only on the output that finishes the request."""
+    scheduler = make_scheduler(num_spec_tokens=3, per_request_spec_decode_metrics=level)
+    scheduler.add_request(make_request("a", range(10), max_tokens=6))
+    step(scheduler)
+    outputs = []
+    for drafts, sampled in (([50, 51, 52], [50, 9]), ([60, 61], [60, 61, 62])):
+        scheduler.update_draft_token_ids(DraftTokenIds(["a"], [drafts]))
+        out = scheduler.schedule()
+        outputs += scheduler.update_from_output(out, ModelRunnerOutput(["a"], {"a": 0},
+                                                                      [sampled]))
+    assert [o.finish_reason for o in outputs] == [None, "length"]
+    assert outputs[0].spec_metrics is None
+    metrics = outputs[1].spec_metrics
+    assert metrics is not None
+    assert (metrics.histogram, metrics.num_draft_tokens) == ([0, 1, 1, 0], 5)
+    expected = ([1, 2], [3, 2]) if level == "detailed" else ([], [])
+    assert (metrics.per_step_accepted, metrics.per_step_drafted) == expected
+
+
+def test_no_per_request_metrics_by_default() -> None:
+    scheduler = make_scheduler(num_spec_tokens=2)
+    scheduler.add_request(make_request("a", range(10), max_tokens=1))
+    _, outputs = step(scheduler)
+    assert [(o.finish_reason, o.spec_metrics) for o in outputs] == [("length", None)]

@@ -141,6 +141,10 @@ def engine_configs(draw: Any) -> EngineConfig:
         prefill_schedule_interval=interval,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
         data_parallel=data_parallel,
+        # Per-request spec-decode metrics ride on finished outputs (compared), with or
+        # without drafts to count.
+        per_request_spec_decode_metrics=draw(
+            st.sampled_from(("none", "none", "summary", "detailed")), label="request metrics"),
     )
 
 

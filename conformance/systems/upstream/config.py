@@ -101,12 +101,28 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
             lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
                          if config.max_loras else None),
             kv_transfer_config=upstream_transfer_config(config, connector_class),
+            **observability(config),
         )
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the
     # Scheduler reads it (it sizes in-flight reservations for recycling KV groups from it).
     vllm_config.scheduler_config.async_scheduling = config.async_scheduling
     return vllm_config
+
+
+def observability(config: EngineConfig) -> dict[str, Any]:
+    """The observability options the workload turns on (none by default: upstream's
+    defaults, so a plain workload builds exactly the config it always did)."""
+    options: dict[str, Any] = {}
+    if config.log_iteration_details:
+        options["enable_logging_iteration_details"] = True
+    if config.per_request_spec_decode_metrics != "none":
+        options["per_request_spec_decode_metrics"] = config.per_request_spec_decode_metrics
+    if not options:
+        return {}
+    from vllm.config import ObservabilityConfig
+
+    return {"observability_config": ObservabilityConfig(**options)}
 
 
 def mamba_cache_mode(config: EngineConfig) -> str:

@@ -67,3 +67,10 @@ def encoder_counts(scheduler: Any, config: EngineConfig) -> EncoderCacheCounts |
     cache = scheduler.encoder_cache_manager
     return EncoderCacheCounts(cache.num_free_slots, cache.num_freeable_slots,
                               tuple(sorted(cache.cached)))
+
+
+def encoder_input_stats(out: Any) -> tuple[int, int] | None:
+    """(encoder inputs, their embeddings) of a scheduler output, logged per iteration (None:
+    details off, nothing scheduled, or a release without the field)."""
+    stats = getattr(out, "scheduled_encoder_input_stats", None)
+    return None if stats is None else (int(stats.num_inputs), int(stats.output_tokens))

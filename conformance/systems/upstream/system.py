@@ -47,6 +47,7 @@ from conformance.systems.readback import (
     block_ids,
     block_tables_of,
     grammar_rows,
+    request_spec_metrics,
     resolved,
     spec_counts,
 )
@@ -61,6 +62,7 @@ from conformance.systems.upstream.grammar import (
 )
 from conformance.systems.upstream.multimodal import (
     encoder_counts,
+    encoder_input_stats,
     encoder_schedule,
     give_encoder,
     mm_features,
@@ -311,6 +313,7 @@ class UpstreamSystem:
             external_hits=self._take_external_hits(),
             encoder_inputs=encoder_inputs,
             freed_encoder_ids=freed_encoder_ids,
+            encoder_input_stats=encoder_input_stats(out),
             # As the engine asks right after scheduling (sync scheduling only: see
             # `workloads.grammar`); only workloads with grammars ask.
             grammar_rows=grammar_rows(self.scheduler.get_grammar_bitmask(out))
@@ -352,8 +355,10 @@ class UpstreamSystem:
             eco = result[client]
             for o in eco.outputs:
                 reason = None if o.finish_reason is None else str(o.finish_reason)
-                outputs.append(TokenOutput(o.request_id, tuple(o.new_token_ids), reason,
-                                           o.stop_reason, handed_on(o.kv_transfer_params)))
+                outputs.append(TokenOutput(
+                    o.request_id, tuple(o.new_token_ids), reason, o.stop_reason,
+                    handed_on(o.kv_transfer_params),
+                    request_spec_metrics(getattr(o, "spec_decode_metrics", None))))
             if eco.scheduler_stats is not None:
                 s = eco.scheduler_stats.prefix_cache_stats
                 stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
