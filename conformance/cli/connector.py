@@ -24,11 +24,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "offload-sessions, preemption-storm)")
     check.add_argument("--load-latency", type=int, default=1, metavar="STEPS",
                        help="steps a load takes (default 1)")
-    check.add_argument("--settings", choices=("simple_cpu_offload", "offloading"),
+    check.add_argument("--settings", choices=("simple_cpu_offload", "offloading", "nixl"),
                        default="simple_cpu_offload",
-                       help="the settings the connector is given: SimpleCPUOffload's (default) "
-                            "or the OffloadingConnector's (for it or a subclass of it: its "
-                            "jobs are played by the harness's job worker)")
+                       help="the settings the connector is given: SimpleCPUOffload's (default), "
+                            "the OffloadingConnector's (for it or a subclass of it: its "
+                            "jobs are played by the harness's job worker) or the NIXL P/D "
+                            "connector's (pulls and reads played by the P/D worker; the "
+                            "workload's requests take turns as decodes and prefills)")
     check.set_defaults(handler=_check)
 
 
@@ -45,8 +47,9 @@ def _check(args: argparse.Namespace) -> int:
     with upstream_logs(log_path) as counts:
         for workload in workloads:
             if workload.config.kv_connector is None:
-                workload = with_offload(workload, "eager" if args.settings == "simple_cpu_offload"
-                                        else "offloading")
+                workload = with_offload(workload, {"simple_cpu_offload": "eager",
+                                                   "nixl": "pd"}.get(args.settings,
+                                                                     "offloading"))
             report = check_connector(args.connector, workload,
                                      load_latency_steps=args.load_latency,
                                      settings=args.settings)

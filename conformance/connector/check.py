@@ -19,7 +19,9 @@ Its methods are wrapped so every call is checked, one line per violation (step, 
 The worker side is the harness's transfer worker when the connector's metadata has
 SimpleCPUOffload's fields, and its job worker when the connector is checked with the
 OffloadingConnector's settings (`settings="offloading"`: upstream's OffloadingConnector, or a
-fork's subclass of it, loads and stores by job id); for any other connector a generic one
+fork's subclass of it, loads and stores by job id), and the P/D worker with its modelled peer
+under the NIXL connector's (`settings="nixl"`: pulls and reads of held prefills, the
+workload's requests taking turns as decodes and prefills); for any other connector a generic one
 reports each waiting request's load finished `load_latency_steps` after it started waiting
 (stores cannot be modelled without knowing the connector's protocol, so a store-only
 connector is checked on its scheduler-side bookkeeping alone). A load counts as stuck only
@@ -70,17 +72,25 @@ def check_connector(spec: str, workload: Workload, *, load_latency_steps: int = 
                     cpu_blocks: int | None = None,
                     settings: str = "simple_cpu_offload") -> ContractReport:
     """Run `workload` through upstream's scheduler with the connector `spec` plugged in, given
-    SimpleCPUOffload's settings or (`settings="offloading"`) the OffloadingConnector's, with
-    `cpu_blocks` CPU blocks or chunks (default: twice the GPU pool)."""
+    SimpleCPUOffload's settings, the OffloadingConnector's (`settings="offloading"`) or the
+    NIXL connector's (`settings="nixl"`), with `cpu_blocks` CPU blocks or chunks (default:
+    twice the GPU pool)."""
     module_name, name = load_connector_class(spec)
     config = workload.config
     size = cpu_blocks or 2 * config.num_blocks
-    offloading = settings == "offloading"
+    offloading = settings in ("offloading", "nixl")  # a worker the harness knows
     connector = (KVConnectorConfig("offloading", load_latency_steps=load_latency_steps,
                                    store_latency_steps=load_latency_steps, num_cpu_chunks=size)
-                 if offloading else
+                 if settings == "offloading" else
+                 KVConnectorConfig("nixl", load_latency_steps=load_latency_steps,
+                                   send_latency_steps=load_latency_steps)
+                 if settings == "nixl" else
                  KVConnectorConfig(num_cpu_blocks=size, load_latency_steps=load_latency_steps))
     workload = replace(workload, config=replace(config, kv_connector=connector))
+    if settings == "nixl" and not any(r.kv_transfer for r in workload.requests):
+        from conformance.sched.offload_suite import with_pd_roles
+
+        workload = replace(workload, requests=with_pd_roles(workload))
     report = ContractReport(spec, workload.name)
     system = _plugged_system(workload, module_name, name)
     watch = _Watch(report, system.scheduler, load_latency_steps)

@@ -61,3 +61,22 @@ def test_upstreams_offloading_connector_keeps_the_contract_under_its_settings() 
     assert report.clean, report.violations
     assert report.calls["update_state_after_alloc"] > 0
     assert report.calls["update_connector_output"] > 0
+
+
+def test_upstreams_nixl_connector_keeps_the_contract_under_its_settings() -> None:
+    """The NIXL P/D connector checked with its own settings: pulls and reads of held prefills
+    played by the P/D worker; every block comes back once the reads are reported."""
+    spec = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector:NixlConnector"
+    report = check_connector(spec, with_offload(SUITE["multi-turn"].make(), "pd"),
+                             settings="nixl")
+    assert report.clean, report.violations
+    assert report.calls["update_state_after_alloc"] > 0
+
+
+def test_a_nixl_connector_that_holds_every_finished_request_is_caught() -> None:
+    spec = "conformance.tests.connector_planted:HoardingNixlConnector"
+    report = check_connector(spec, with_offload(SUITE["multi-turn"].make(), "pd"),
+                             settings="nixl")
+    assert not report.clean
+    assert any("stalled" in line or "still referenced" in line for line in report.violations), \
+        report.violations
