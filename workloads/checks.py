@@ -264,7 +264,8 @@ def _request(
         check_grammar(grammar, vocab, ends, fail)
     kv_transfer = None
     if rec.kv_transfer is not None:
-        kv_transfer = KVTransferSpec(rec.kv_transfer.role, rec.kv_transfer.load_fails)
+        kv_transfer = KVTransferSpec(rec.kv_transfer.role, rec.kv_transfer.load_fails,
+                                     rec.kv_transfer.pull_lost)
         check_kv_transfer(kv_transfer, None if config.kv_connector is None
                           else config.kv_connector.type, continues=rec.after is not None,
                           streaming=rec.stream_end_step is not None, has_mm=bool(mm_items),

@@ -11,7 +11,8 @@ workload models one instance, which may see both kinds, as a `kv_both` instance 
   request waits (WAITING_FOR_REMOTE_KVS) until the pull lands, `load_latency_steps` after the
   step that asked for it. `load_fails`: the pull fails as a whole (the worker reports it in
   `failed_recving`); the engine's `load_failure_policy` decides between an error and a local
-  recompute.
+  recompute. `pull_lost`: the peer never answers (it crashed, or dropped the request), so the
+  pull neither lands nor fails (vllm#46283's situation).
 * `{"role": "prefill"}`: the request is computed here and its KV is read by the modelled
   decode peer; a request that finishes normally keeps its blocks until the peer's read is
   reported (`finished_sending`), `send_latency_steps` after the step that announced it.
@@ -36,9 +37,11 @@ class KVTransferSpec:
 
     role: Literal["prefill", "decode"]
     load_fails: bool = False
+    pull_lost: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, **({"load_fails": True} if self.load_fails else {})}
+        return {"role": self.role, **({"load_fails": True} if self.load_fails else {}),
+                **({"pull_lost": True} if self.pull_lost else {})}
 
 
 def check_kv_transfer(spec: KVTransferSpec, connector_type: str | None, *,
@@ -48,8 +51,12 @@ def check_kv_transfer(spec: KVTransferSpec, connector_type: str | None, *,
     if connector_type != "nixl":
         raise fail("kv_transfer", "needs the engine's kv_connector of type 'nixl' (got "
                    f"{'no connector' if connector_type is None else repr(connector_type)})")
-    if spec.load_fails and spec.role != "decode":
-        raise fail("kv_transfer.load_fails", "only a 'decode' request pulls KV that can fail")
+    for field, value in (("load_fails", spec.load_fails), ("pull_lost", spec.pull_lost)):
+        if value and spec.role != "decode":
+            raise fail(f"kv_transfer.{field}", "only a 'decode' request pulls KV that can "
+                       "fail or be lost")
+    if spec.load_fails and spec.pull_lost:
+        raise fail("kv_transfer.pull_lost", "a lost pull never reports, so it cannot also fail")
     for field, present, what in (("after", continues, "continue another request"),
                                  ("stream_end_step", streaming, "be a streaming session"),
                                  ("mm_items", has_mm, "carry multimodal items")):

@@ -104,6 +104,7 @@ class NixlModel(_Strict):
 class KVTransferModel(_Strict):
     role: Literal["prefill", "decode"]
     load_fails: bool = False
+    pull_lost: bool = False
 
 
 class MultimodalModel(_Strict):

@@ -9,7 +9,8 @@ fact of the workload, not of timing. The rules follow upstream's NIXL worker (pu
   only releases the peer's blocks and reports nothing;
 * a request whose workload says `load_fails` has its whole pull fail: it is reported finished
   *and* failed, and, as upstream's worker does for a model of one KV-cache group, its local
-  blocks are reported invalid too;
+  blocks are reported invalid too; one whose workload says `pull_lost` is never reported (the
+  peer never answered);
 * a finished prefill announced in step s (`reads_awaited`) is read by the modelled decode peer
   in the output of step s + `send_latency_steps` and reported as finished sending.
 """
@@ -38,13 +39,15 @@ class PDWorker:
         self.send_latency = connector.send_latency_steps
         self._failing = frozenset(r.request_id for r in workload.requests
                                   if r.kv_transfer is not None and r.kv_transfer.load_fails)
+        self._lost = frozenset(r.request_id for r in workload.requests
+                               if r.kv_transfer is not None and r.kv_transfer.pull_lost)
         self._pulls: deque[_InFlight] = deque()
         self._reads: deque[_InFlight] = deque()
 
     def run(self, step: int, orders: RemoteTransfers) -> ConnectorReport:
         """Start this step's pulls and reads, then report what has finished by its end."""
         for pull in orders.pulls:
-            if pull.awaiting:
+            if pull.awaiting and pull.req_id not in self._lost:
                 self._pulls.append(_InFlight(pull.req_id, step + self.load_latency,
                                              pull.local_block_ids[0]
                                              if pull.local_block_ids else ()))

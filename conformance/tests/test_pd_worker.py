@@ -23,9 +23,10 @@ from workloads.model import EngineConfig, KVConnectorConfig, RequestSpec, Worklo
 from workloads.pd import KVTransferSpec
 
 
-def workload(load: int = 1, send: int = 1, failing: tuple[str, ...] = ()) -> Workload:
+def workload(load: int = 1, send: int = 1, failing: tuple[str, ...] = (),
+             lost: tuple[str, ...] = ()) -> Workload:
     requests = tuple(RequestSpec(rid, 0, (1, 2, 3), 2, kv_transfer=KVTransferSpec(
-        "decode", load_fails=rid in failing)) for rid in ("a", "b", "c"))
+        "decode", load_fails=rid in failing, pull_lost=rid in lost)) for rid in ("a", "b", "c"))
     config = EngineConfig(kv_connector=KVConnectorConfig(
         "nixl", load_latency_steps=load, send_latency_steps=send))
     return Workload("w", "", config, requests)
@@ -54,6 +55,13 @@ def test_a_failing_pull_lands_failed_with_its_blocks_invalid() -> None:
     worker = PDWorker(workload(load=0, failing=("b",)))
     assert worker.run(0, orders((pull("a", (1,)), pull("b", (7, 8))))) == ConnectorReport(
         finished_loads=("a", "b"), invalid_block_ids=(7, 8), failed_loads=("b",))
+
+
+def test_a_lost_pull_never_reports() -> None:
+    worker = PDWorker(workload(load=0, lost=("b",)))
+    assert worker.run(0, orders((pull("a"), pull("b")))) == ConnectorReport(
+        finished_loads=("a",))
+    assert worker.run(5, orders()) == ConnectorReport() and not worker.busy()
 
 
 def test_held_prefills_are_read_send_latency_steps_after_they_are_announced() -> None:

@@ -121,3 +121,21 @@ def test_offloading_loads_leave_the_in_flight_prefill_its_blocks_45388() -> None
     assert result.activity.loads == 2 and result.activity.external_hit_tokens == 1600
     series = result.right_series
     assert max(series.running) == 1  # never both at once: B1 waits for A1
+
+
+def test_an_aborted_pull_that_never_lands_holds_its_blocks_forever_46283() -> None:
+    """vllm#46283's situation on the scheduler side (pull mode; the report is push mode): a
+    decode request is aborted while it waits for its pull, and the prefill peer never answers
+    (`pull_lost`). The abort holds the blocks until the pull reports, so they are never freed
+    and a request that needs them is never admitted. Both systems stall alike; this test fails
+    the day upstream frees such blocks (a timeout, say) or the twin stops holding them."""
+    workload = load(str(BUGS / "pd-aborted-pull-never-lands-46283.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          integrity_every=1)
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed
+    assert "waiting request starved not admitted" in str(stall.right)
+    state = stall.right_state
+    assert state.waiting == ("starved",) and not state.running
+    assert state.blocks.active == 6  # the aborted request's blocks, still held
