@@ -13,8 +13,8 @@ from impl.sched.encoder_inputs import EncoderInputs
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from impl.sched.pause import PauseState
-from impl.sched.preemption import Preemption
 from impl.sched.request import Request, RequestStatus
+from impl.sched.resets import OperatorResets
 from impl.sched.spec_stats import RequestSpecMetrics, SpecDecodingStats
 from impl.sched.stop import check_stop
 from impl.sched.streaming import StreamingSessions
@@ -32,10 +32,10 @@ class SchedulerStats:
 
 
 @trait
-class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredOutput):
+class SchedulerUpdates(OperatorResets, EncoderInputs, StreamingSessions, StructuredOutput):
     """Applying a step's output: finished loads, invalid blocks and deferred frees go through
-    the connector paths first, encoder items the step passed are freed, and an operator's
-    reset may preempt every running request, hence the bases."""
+    the connector paths first (by way of the resets' preemption base), encoder items the step
+    passed are freed, and streaming sessions and grammars are advanced, hence the bases."""
 
     def add_request(self, request: Request) -> None:
         session = self.requests.get(request.request_id)
@@ -287,43 +287,6 @@ class SchedulerUpdates(Preemption, EncoderInputs, StreamingSessions, StructuredO
     def has_pins(self) -> bool:
         """KV pins still held (continuum): the engine keeps stepping until they expire."""
         return self.continuum is not None and bool(self.continuum.pins)
-
-    def reset_prefix_cache(self, reset_running_requests: bool = False,
-                           reset_connector: bool = False) -> bool:
-        """Forget every cached prefix; refused (False) while blocks are in use, unless every
-        running request is preempted first (`reset_running_requests`), last admitted first so
-        they resume in their order, and as if none had run in the previous step; the next
-        step's output lists them as preempted. `reset_connector`: the connector's cache too
-        (even when the prefix reset is refused); True only if both reset."""
-        if reset_running_requests:
-            if any(r.num_output_placeholders for r in self.running):
-                raise NotImplementedError(
-                    "reset_prefix_cache with preempt_running while a step is in flight (async "
-                    "scheduling): upstream drops that step's output, which the twin does not "
-                    "model")
-            while self.running:
-                request = self.running.pop()
-                self._preempt_request(request)
-                self.preempted_between_steps.add(request.request_id)
-            self.prev_step_scheduled_req_ids.clear()
-        reset = self.kv_cache_manager.reset_prefix_cache()
-        if reset_running_requests and not reset:
-            raise RuntimeError("reset_prefix_cache: blocks still in use after preempting every "
-                               "running request (a request waiting for a KV load holds them)")
-        if reset_connector:
-            reset = self.reset_connector_cache() and reset
-        return reset
-
-    def reset_connector_cache(self) -> bool:
-        """Reset the connector's own cache: True without a connector or with one that keeps
-        none; False if the connector refuses."""
-        if self.connector is None:
-            return True
-        return self.connector.reset_cache() is not False
-
-    def reset_encoder_cache(self) -> None:
-        """Forget every encoder output (new weights make cached embeddings stale)."""
-        self.encoder_cache.reset()
 
     def get_kv_cache_usage(self) -> float:
         return self.kv_cache_manager.usage
