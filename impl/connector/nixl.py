@@ -120,8 +120,9 @@ class NixlConnectorScheduler:
         if delay:
             self._meta.reqs_to_send.append(request.request_id)
             self._awaiting_read.add(request.request_id)
+        # Without blocks to read (no computed token) the tokens handed on are 0 as well.
         return delay, FinishedTransfer(tuple(tuple(ids) for ids in block_ids),
-                                       request.num_computed_tokens if delay else 0)
+                                       request.num_computed_tokens)
 
     # -- what the scheduler and its integrity check ask -------------------------------------
     def has_pending_stores(self) -> bool:

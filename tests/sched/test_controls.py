@@ -77,3 +77,11 @@ def test_with_stats_off_nothing_is_kept_or_reported() -> None:
     assert s.make_stats() is None
     assert s.kv_cache_manager.prefix_cache_stats is None
     assert s.spec_decoding_stats is None
+
+
+def test_a_connector_reset_without_a_connector_succeeds() -> None:
+    """reset_connector with no connector configured: nothing to reset, so only the prefix
+    cache decides (upstream treats it as a no-op success)."""
+    scheduler = make_scheduler()
+    assert scheduler.reset_connector_cache()
+    assert scheduler.reset_prefix_cache(reset_connector=True)

@@ -73,6 +73,50 @@ def test_a_decode_request_pulls_its_prompt_then_recomputes_the_last_token() -> N
     assert [(o.request_id, o.kv_transfer_params) for o in outputs] == [("d", None)]
 
 
+def test_a_decode_request_frees_its_blocks_when_it_finishes() -> None:
+    scheduler = nixl_scheduler()
+    scheduler.add_request(decode("d", range(10, 20), max_tokens=2))
+    run_step(scheduler)
+    run_step(scheduler, KVConnectorOutput(finished_recving=frozenset("d")))
+    outputs = run_step(scheduler)[2] + run_step(scheduler)[2]
+    assert [o.finish_reason for o in outputs] == [None, "length"]
+    assert "d" not in scheduler.requests  # a decode side holds nothing for a peer
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == 23
+    run_step(scheduler)  # reports the finish to the worker
+    assert not scheduler.has_requests()  # no transfer keeps the engine stepping
+
+
+def test_a_pull_of_one_token_past_a_hit_of_all_but_the_last() -> None:
+    scheduler = nixl_scheduler()
+    scheduler.add_request(make_request("warm", range(10, 19), BLOCK, max_tokens=1))
+    run_step(scheduler)  # caches tokens 10..17 (two blocks)
+    scheduler.add_request(decode("d", range(10, 19)))  # 9 tokens: 8 hit, 1 to pull
+    _, meta, _ = run_step(scheduler)
+    assert meta.reqs_to_recv == {"d": PullOrder(([3],), (2,), True)}
+    assert scheduler.requests["d"].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+
+
+def test_a_request_that_skips_the_prefix_cache_pulls_nothing_and_runs() -> None:
+    """A request that may not read cached KV (upstream: prompt logprobs) is told no external
+    tokens either: its order only releases the peer's blocks, and it computes its prompt."""
+    scheduler = nixl_scheduler()
+    request = decode("d", range(10, 20))
+    request.skip_reading_prefix_cache = True
+    scheduler.add_request(request)
+    scheduled, meta, _ = run_step(scheduler)
+    assert scheduled == {"d": 10}
+    # The count is taken after the allocation, which already hashed the two full blocks the
+    # step computes.
+    assert meta.reqs_to_recv == {"d": PullOrder((), (2,), False)}
+
+
+def test_a_report_for_a_pull_the_connector_does_not_know_is_ignored() -> None:
+    connector = nixl_scheduler().connector
+    assert isinstance(connector, NixlConnectorScheduler)
+    connector.update_connector_output(KVConnectorOutput(finished_recving=frozenset({"x"})))
+    assert connector.loading_finished() == set()
+
+
 def test_a_pull_skips_the_blocks_of_the_local_hit() -> None:
     scheduler = nixl_scheduler()
     scheduler.add_request(make_request("warm", range(10, 19), BLOCK, max_tokens=1))
