@@ -14,11 +14,13 @@ is written under `.hypothesis/regressions/` as a standalone file (move it to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given, note, target
 
+from conformance.sched.activity import Activity
 from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies.controls import control_workloads
 from conformance.sched.strategies.grammar import grammar_workloads
@@ -69,26 +71,17 @@ def test_generated_offloading_workloads_match_upstream_exactly(pair: Pair,
                                                                workload: Workload) -> None:
     """Upstream's OffloadingConnector on (`strategies.offload.offloading_workloads`): steered
     toward loads from the CPU, external hits and preemptions (which flush stores)."""
-    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
-    note(dumps(workload))
-    activity = result.activity
-    target(float(activity.loads), label="loads")
-    target(float(min(activity.external_hit_tokens, 512)), label="external hits")
-    target(float(activity.preemptions), label="preemptions")
-    _assert_exact(workload, result)
+    _steered_exact(pair, workload, lambda a: {
+        "loads": a.loads, "external hits": min(a.external_hit_tokens, 512),
+        "preemptions": a.preemptions})
 
 
 @given(pd_workloads())
 def test_generated_pd_workloads_match_upstream_exactly(pair: Pair, workload: Workload) -> None:
     """The NIXL P/D connector on (`strategies.pd`): steered toward pulls, reads of held
     prefills and preemptions (tight pools with blocks held for a peer)."""
-    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
-    note(dumps(workload))
-    activity = result.activity
-    target(float(activity.loads), label="pulls")
-    target(float(activity.stores), label="reads")
-    target(float(activity.preemptions), label="preemptions")
-    _assert_exact(workload, result)
+    _steered_exact(pair, workload, lambda a: {
+        "pulls": a.loads, "reads": a.stores, "preemptions": a.preemptions})
 
 
 @given(multimodal_workloads())
@@ -96,13 +89,9 @@ def test_generated_multimodal_workloads_match_upstream_exactly(pair: Pair,
                                                               workload: Workload) -> None:
     """Multimodal items in the prompts (`strategies.multimodal`): steered toward encoder work,
     encoder-cache evictions and preemptions (which give encoder references back)."""
-    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
-    note(dumps(workload))
-    activity = result.activity
-    target(float(activity.encoded_items), label="encoded items")
-    target(float(activity.encoder_evictions), label="encoder evictions")
-    target(float(activity.preemptions), label="preemptions")
-    _assert_exact(workload, result)
+    _steered_exact(pair, workload, lambda a: {
+        "encoded items": a.encoded_items, "encoder evictions": a.encoder_evictions,
+        "preemptions": a.preemptions})
 
 
 @given(control_workloads())
@@ -156,6 +145,17 @@ def test_generated_pooling_workloads_match_upstream_exactly(pair: Pair,
     activity = result.activity
     target(float(activity.preemptions), label="preemptions")
     target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
+    _assert_exact(workload, result)
+
+
+def _steered_exact(pair: Pair, workload: Workload,
+                   targets: Callable[[Activity], dict[str, float]]) -> None:
+    """Run `workload` in lockstep with integrity after every step, steer Hypothesis toward
+    the activity `targets` names (label -> value), and require `exact`."""
+    result = run_lockstep(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    for label, value in targets(result.activity).items():
+        target(float(value), label=label)
     _assert_exact(workload, result)
 
 
