@@ -94,6 +94,13 @@ class Behaviour:
     `multimodal-unchunked` with `--offload offloading-arc`: a resumed request's chunk is
     stored again."""
 
+    offloading_reset_fence: bool
+    """0.33, the OffloadingConnector's scheduler side: a cache reset remembers the jobs it
+    flushed (with the worker reports each still owes) and the engine keeps stepping until
+    every one has been reported, though no request is left; 0.32 forgets them and an idle
+    engine stops at once. Seen on the Hypothesis offloading family with connector resets: a
+    reset while a finished request's store is in flight is followed by an empty step."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -114,6 +121,7 @@ BEHAVIOUR_0_32 = Behaviour(
     offload_lru_request_ranks=False,
     offload_failed_store_event=False,
     offloading_lookup_restarts_stores=False,
+    offloading_reset_fence=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -129,6 +137,7 @@ BEHAVIOUR_0_33 = Behaviour(
     offload_lru_request_ranks=True,
     offload_failed_store_event=True,
     offloading_lookup_restarts_stores=True,
+    offloading_reset_fence=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

@@ -31,6 +31,7 @@ from workloads.models import plan_engine_groups
 from workloads.multimodal import MultimodalConfig, MultimodalItem, check_items
 from workloads.pd import KVTransferSpec, check_kv_transfer
 from workloads.prompts import TokenSource
+from workloads.replay import check_bounded_replay
 from workloads.schema import (
     AbortModel,
     ControlModel,
@@ -92,13 +93,14 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             [g.type for g in model.kv_cache_groups] != ["full"]):
         raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
                    "group only (hybrid exchanges clip their block lists; not modelled yet)")
+    check_bounded_replay(model, fail)
     modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}
     if len(modes) > 1:
         raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "
                    f"has one per engine; got {sorted(modes)})")
     groups = tuple(
         KVCacheGroup(g.type, g.sliding_window, g.attention_chunk_size, g.mamba_cache_mode,
-                     g.rswa_window)
+                     g.rswa_window, g.bounded_replay)
         for g in model.kv_cache_groups
     )
     return EngineConfig(
@@ -409,3 +411,4 @@ def _plans(
             acceptance = tuple(rec.spec_acceptance)
         found[rec.request_id] = Located(item.line, PlanSpec(rec.request_id, rec.eos_at, acceptance))
     return tuple(found[rid].record for rid in order if rid in found)
+

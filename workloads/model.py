@@ -39,6 +39,9 @@ class KVCacheGroup:
     `mamba_cache_mode` None is "none" (one state per request; with
     prefix caching 0.32 caches a state at every block boundary); "align" caches states only
     at block-aligned chunk ends, and the scheduler splits prefill chunks to end there.
+    `bounded_replay` (sliding windows only, DeepSeek-V4.1 style): the group keeps no prefix
+    cache of its own; after a prefix hit the scheduler recomputes the hit's last window to
+    rebuild it (`impl.sched.replay`).
     """
 
     type: KVCacheGroupType = "full"
@@ -46,6 +49,7 @@ class KVCacheGroup:
     attention_chunk_size: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
     rswa_window: int | None = None
+    bounded_replay: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -57,6 +61,8 @@ class KVCacheGroup:
             out["mamba_cache_mode"] = self.mamba_cache_mode
         if self.rswa_window is not None:
             out["rswa_window"] = self.rswa_window
+        if self.bounded_replay:
+            out["bounded_replay"] = True
         return out
 
 

@@ -196,10 +196,16 @@ def plan_engine_groups(config: EngineConfigModel, source: str | Path,
                for group in groups]
     if "kv_cache_groups" in config.model_fields_set and config.kv_cache_groups != planned:
         raise WorkloadError(source, line, "config.kv_cache_groups", f"{name}'s plan gives "
-                            f"{[g.model_dump(exclude_none=True) for g in planned]}; leave "
+                            f"{[_group_json(g) for g in planned]}; leave "
                             "kv_cache_groups out or match it")
     return config.model_copy(update={"kv_cache_groups": planned, "block_size": sizes[0]})
 
 
 __all__ = ["FORMAT_NAME", "ModelFile", "list_models", "load_model", "parse_model",
            "plan_engine_groups"]
+
+
+def _group_json(group: KVCacheGroupModel) -> dict[str, object]:
+    """A group as a workload file writes it: its type, then only the fields it sets."""
+    return {"type": group.type,
+            **group.model_dump(exclude_none=True, exclude_defaults=True, exclude={"type"})}

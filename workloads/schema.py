@@ -35,9 +35,13 @@ class KVCacheGroupModel(_Strict):
     attention_chunk_size: PosInt | None = None
     mamba_cache_mode: Literal["none", "align"] | None = None
     rswa_window: PosInt | None = None
+    bounded_replay: bool = False
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> KVCacheGroupModel:
+        if self.bounded_replay and self.type != "sliding_window":
+            raise ValueError(f"a {self.type!r} group must not set 'bounded_replay' (sliding "
+                             "windows only)")
         if self.mamba_cache_mode is not None and self.type != "mamba":
             raise ValueError(f"a {self.type!r} group must not set 'mamba_cache_mode'")
         wants_window = self.type == "sliding_window"

@@ -217,7 +217,7 @@ class _Watch:
         self.step = step + 1
         # A load reported finished is no longer the connector's: the request then waits for
         # admission (which a preempting step skips), not for its load.
-        loaded = getattr(self.scheduler, "finished_recving_kv_req_ids", set())
+        loaded: set[str] = getattr(self.scheduler, "finished_recving_kv_req_ids", set())
         waiting = {r.request_id for r in self.scheduler.requests.values()
                    if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
                    and r.request_id not in loaded}

@@ -21,6 +21,7 @@ class GroupShape:
     block_size: int
     window: int = 0  # sliding window, attention chunk size or reference window
     mamba_cache_mode: str = "none"
+    bounded_replay: bool = False  # sliding windows only: no prefix cache, replayed after a hit
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "sliding_window", "chunked_local", "mamba",
@@ -33,6 +34,8 @@ class GroupShape:
                              f"(got {self.mamba_cache_mode!r})")
         if self.mamba_cache_mode != "none" and self.kind != "mamba":
             raise ValueError(f"mamba_cache_mode: only for mamba groups (got kind {self.kind!r})")
+        if self.bounded_replay and self.kind != "sliding_window":
+            raise ValueError(f"bounded_replay: only for sliding windows (got kind {self.kind!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,12 @@ FAMILIES: tuple[KVFamily, ...] = (
     # planner does beside a window group): one hit search serves both groups at once.
     KVFamily("two_full_groups_window", (GroupShape("full", 16), GroupShape("full", 16),
                                         GroupShape("sliding_window", 16, 48)), num_blocks=48),
+    # A bounded-replay window (DeepSeek-V4.1): no prefix cache of its own, so it takes no part
+    # in the hit search (its hit stays empty) and indexes nothing; beside a plain window of the
+    # same size (a different spec: not looked up together).
+    KVFamily("full_replay_window", (GroupShape("full", 16),
+                                    GroupShape("sliding_window", 16, 48, bounded_replay=True),
+                                    GroupShape("sliding_window", 16, 48)), num_blocks=48),
 )
 
 
@@ -139,4 +148,5 @@ def group_shape(config: EngineConfig, group: KVCacheGroup) -> GroupShape:
     adapter and upstream's read it alike, so the two cannot drift apart)."""
     window = group.sliding_window or group.attention_chunk_size or group.rswa_window or 0
     return GroupShape(group.type, config.block_size, window,
-                      mamba_cache_mode=group.mamba_cache_mode or "none")
+                      mamba_cache_mode=group.mamba_cache_mode or "none",
+                      bounded_replay=group.bounded_replay)

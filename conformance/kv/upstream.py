@@ -118,6 +118,10 @@ def upstream_spec(group: GroupShape) -> Any:
     common = {"num_kv_heads": 1, "head_size": 64, "dtype": torch.float32}
     if group.kind == "full":
         return k.FullAttentionSpec(block_size=group.block_size, **common)
+    if group.kind == "sliding_window" and group.bounded_replay:
+        # Upstream declares bounded replay only on its MLA sliding window (DeepSeek-V4.1).
+        return k.SlidingWindowMLASpec(block_size=group.block_size, sliding_window=group.window,
+                                      bounded_replay=True, **common)
     if group.kind == "sliding_window":
         return k.SlidingWindowSpec(block_size=group.block_size, sliding_window=group.window,
                                    **common)

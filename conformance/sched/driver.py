@@ -324,6 +324,8 @@ class Driver:
             grammar_rows=() if s is None else s.grammar_rows,
             encoder_cache=after.encoder_cache,
             controls=controls,
+            replay_starts=() if s is None else tuple(
+                (r.req_id, r.replay_start) for r in s.new_reqs if r.replay_start),
         )
         return Step(before, record, events)
 

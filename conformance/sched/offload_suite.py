@@ -43,6 +43,9 @@ NOT_OFFLOADED: dict[str, str] = {
     "structured-output-request-metrics": "a metrics option over `structured-output-async`, "
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
+    "hybrid-bounded-replay": "bounded replay with a connector is not modelled (a load that "
+                             "carries the window replays nothing; the workload format refuses "
+                             "it)",
 }
 """Suite workloads left out of the offload suite, with why."""
 

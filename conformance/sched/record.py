@@ -116,6 +116,9 @@ class StepRecord:
     # Operations between steps applied before this step was scheduled, with their results
     # (a reset's success; None for the others).
     controls: tuple[tuple[str, bool | None], ...] = ()
+    # Bounded replay (sliding windows that keep no prefix cache): where each new request's
+    # recomputed tail starts, for those that replay (empty otherwise).
+    replay_starts: tuple[tuple[str, int], ...] = ()
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -174,6 +177,7 @@ class StepRecord:
                if self.grammar_rows else {}),
             **({"controls": [[action, result] for action, result in self.controls]}
                if self.controls else {}),
+            **({"replay_starts": dict(self.replay_starts)} if self.replay_starts else {}),
         }
 
     @staticmethod
@@ -218,6 +222,7 @@ class StepRecord:
             **encoder_fields(data),
             grammar_rows=tuple((rid, n) for rid, n in data.get("grammar_rows", ())),
             controls=tuple((action, result) for action, result in data.get("controls", ())),
+            replay_starts=tuple(data.get("replay_starts", {}).items()),
         )
 
 

@@ -152,6 +152,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         "groups full + reference_window(24)",
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("reference_window", rswa_window=24)))),
+    SuiteEntry("hybrid-bounded-replay", "hybrid full + sliding window with bounded replay "
+               "(DeepSeek-V4.1 style): the window keeps no prefix cache, a hit recomputes its "
+               "last 400 tokens to rebuild it (the 608-token document's hits), a hit no longer "
+               "than that is dropped (the 400-token document's)",
+               _variant("hybrid-sliding-window", "hybrid-bounded-replay",
+                        "groups full + sliding_window(400, bounded replay)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("sliding_window", sliding_window=400,
+                                                      bounded_replay=True)))),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=(KVCacheGroup("full"),

@@ -27,6 +27,7 @@ class NewRequest:
     prompt_len: int
     num_computed_tokens: int
     block_ids: BlockIds
+    replay_start: int = 0  # bounded replay: where the recomputed hit tail starts (0: none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,7 +212,7 @@ class ImplSystem:
     def schedule(self) -> Scheduled:
         out = self.scheduler.schedule(self._throttled)
         new = tuple(NewRequest(r.req_id, len(r.prompt_token_ids), r.num_computed_tokens,
-                               block_ids(r.block_ids))
+                               block_ids(r.block_ids), r.replay_start)
                     for r in out.scheduled_new_reqs)
         c = out.scheduled_cached_reqs
         cached = tuple(

@@ -128,6 +128,8 @@ class KVCacheCoordinator:
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         for manager in self.managers:
+            if not manager.kv_cache_spec.prefix_cacheable:
+                continue  # its blocks are private to the request (bounded replay)
             hashes = hashes_at_block_size(
                 request.block_hashes, self.hash_block_size, manager.block_size
             )
@@ -240,7 +242,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                          enable_kv_cache_events)
         by_spec: dict[KVCacheSpec, list[int]] = {}
         for group_id, manager in enumerate(self.managers):
-            by_spec.setdefault(manager.kv_cache_spec, []).append(group_id)
+            # A group without a prefix cache takes no part in the search: its hit stays empty.
+            if manager.kv_cache_spec.prefix_cacheable:
+                by_spec.setdefault(manager.kv_cache_spec, []).append(group_id)
         # Full attention first: its left-to-right scan is cheap and bounds the others.
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = sorted(
             by_spec.items(), key=lambda item: not isinstance(item[0], FullAttentionSpec)
@@ -281,7 +285,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 break
             hit_length = candidate
         per_group = tuple(
-            results[group_id][: hit_length // self.managers[group_id].block_size]
+            results.get(group_id, [])[: hit_length // self.managers[group_id].block_size]
             for group_id in range(len(self.managers))
         )
         return per_group, hit_length, longest if longest > hit_length else 0

@@ -35,6 +35,16 @@ class AttentionSpec:
         itemsize = 2 if self.dtype in ("float16", "bfloat16") else 4
         return 2 * self.block_size * self.num_kv_heads * self.head_size * itemsize
 
+    @property
+    def prefix_cacheable(self) -> bool:
+        """Whether the group takes part in prefix caching (hit search, indexing)."""
+        return True
+
+    @property
+    def prefix_replay_tokens(self) -> int:
+        """Tokens the scheduler recomputes after a prefix hit to rebuild this group (0: none)."""
+        return 0
+
 
 @dataclass(frozen=True, slots=True)
 class FullAttentionSpec(AttentionSpec):
@@ -62,9 +72,14 @@ class ReferenceWindowSpec(FullAttentionSpec):
 
 @dataclass(frozen=True, slots=True)
 class SlidingWindowSpec(AttentionSpec):
-    """Only the last `sliding_window` tokens are attended to; older blocks can be dropped."""
+    """Only the last `sliding_window` tokens are attended to; older blocks can be dropped.
+
+    `bounded_replay` (DeepSeek-V4.1's sliding windows): the group keeps no prefix cache; a hit
+    found in the other groups is rebuilt here by recomputing its last window
+    (`impl.sched.replay`), so its blocks are private to the request."""
 
     sliding_window: int = 0
+    bounded_replay: bool = False
 
     def __post_init__(self) -> None:
         AttentionSpec.__post_init__(self)
@@ -73,7 +88,16 @@ class SlidingWindowSpec(AttentionSpec):
 
     @property
     def type_id(self) -> str:
-        return f"sliding_window_{self.sliding_window}"
+        suffix = "_replay" if self.bounded_replay else ""
+        return f"sliding_window_{self.sliding_window}{suffix}"
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return not self.bounded_replay
+
+    @property
+    def prefix_replay_tokens(self) -> int:
+        return self.sliding_window if self.bounded_replay else 0
 
     def admission_cap_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
         """The most blocks one request can hold at once: the last `sliding_window - 1`
@@ -130,6 +154,14 @@ class MambaSpec:
     @property
     def type_id(self) -> str:
         return "mamba"
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return True
+
+    @property
+    def prefix_replay_tokens(self) -> int:
+        return 0
 
     @property
     def page_size_bytes(self) -> int:

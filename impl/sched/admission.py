@@ -17,6 +17,7 @@ from impl.sched.admission_rules import AdmissionRules
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import PLACEHOLDER_DRAFT
 from impl.sched.pause import PauseState
+from impl.sched.replay import hit_worth_replaying, mark_prefix_replay
 from impl.sched.request import Request, RequestStatus
 from impl.sched.step_plan import StepPlan
 from impl.sched.tracing import points as trace_points
@@ -29,6 +30,7 @@ class Admission(SchedulerUpdates, AdmissionRules):
     # Set by `Scheduler.__init__`; declared here for the mypyc build.
     tracer: Tracer | None
     mamba_split: MambaAlignedSplit | None
+    prefix_replay_tokens: int  # bounded replay's window (`impl.sched.replay`); 0: none
 
     def _prefill_threshold(self) -> int:
         """The per-request chunk cap, which only matters when requests compete: a request alone
@@ -102,6 +104,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)
+                if not hit_worth_replaying(num_computed, self.prefix_replay_tokens):
+                    hits, num_hit, num_computed = kv.empty_blocks(), 0, 0
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
             if load_async:
@@ -110,6 +114,10 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 continue
             if hold_prefill and num_computed < request.num_tokens - 1:
                 break  # prompt left to compute: wait for a step that carries prefill
+            num_replay = 0
+            if self.prefix_replay_tokens and request.num_computed_tokens == 0:
+                num_replay = mark_prefix_replay(request, num_computed, self.prefix_replay_tokens)
+                num_computed -= num_replay
             num_new = request.num_tokens - num_computed
             pad = 0
             if no_prefill_running and (plan.scheduled_running or num_computed > 0):
@@ -136,7 +144,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 (holding if request.num_computed_tokens else skipped).append(queue.pop_request())
                 self.deferred_waiting.add(request.request_id)
                 continue
-            blocks = kv.allocate_slots(request, num_new, num_hit, hits,
+            # Replayed tokens already have their (hit) slots: only those past the hit need any.
+            blocks = kv.allocate_slots(request, max(num_new - num_replay, 0), num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl)
             if blocks is None:

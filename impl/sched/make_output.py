@@ -27,7 +27,7 @@ def make_output(plan: StepPlan, max_num_scheduled_tokens: int, finished_req_ids:
         scheduled_new_reqs=[
             NewRequestData(r.request_id, r.prompt_token_ids,
                            plan.new_blocks_of[r.request_id].get_block_ids(),
-                           r.num_computed_tokens, r.lora_name)
+                           r.num_computed_tokens, r.lora_name, r.replay_start)
             for r in plan.scheduled_new
         ],
         scheduled_cached_reqs=make_cached_request_data(

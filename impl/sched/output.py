@@ -36,15 +36,18 @@ class NewRequestData:
     block_ids: tuple[list[int], ...]
     num_computed_tokens: int
     lora_name: str | None
+    replay_start: int
+    """Bounded replay: where the recomputed tail of the prefix hit starts (0: none)."""
 
     def __init__(self, req_id: str, prompt_token_ids: tuple[int, ...],
                  block_ids: tuple[list[int], ...], num_computed_tokens: int,
-                 lora_name: str | None = None) -> None:
+                 lora_name: str | None = None, replay_start: int = 0) -> None:
         self.req_id = req_id
         self.prompt_token_ids = prompt_token_ids
         self.block_ids = block_ids
         self.num_computed_tokens = num_computed_tokens
         self.lora_name = lora_name
+        self.replay_start = replay_start
 
 
 @dataclass(slots=True, init=False)

@@ -62,6 +62,7 @@ class Request:
         "eos_token_id", "ignore_eos", "priority", "arrival_time", "cache_salt", "lora_name",
         "lora_path", "status", "num_preemptions", "spec_token_ids", "num_output_placeholders",
         "skip_reading_prefix_cache", "stop_reason", "num_cached_tokens", "is_prefill_chunk",
+        "replay_start",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
         "report_reused_blocks", "_hasher", "kv_transfer", "spec_metrics",
@@ -124,6 +125,9 @@ class Request:
         self.skip_reading_prefix_cache = skip_reading_prefix_cache
         self.stop_reason: int | None = None
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 before
+        # Bounded replay (`impl.sched.replay`): where the recomputed tail of the last prefix hit
+        # starts; the request holds no replayed-group KV below it. 0 when nothing replays.
+        self.replay_start = 0
         self.is_prefill_chunk = False
         # Tokens scheduled in steps whose output has not been applied (async scheduling): their
         # KV is being written, so blocks they attend to must not be freed yet.

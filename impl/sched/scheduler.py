@@ -27,6 +27,7 @@ from impl.sched.output import (
 from impl.sched.pause import PauseState
 from impl.sched.prefill_cadence import PrefillCadence
 from impl.sched.queues import create_request_queue
+from impl.sched.replay import prefix_replay_window
 from impl.sched.request import Request, RequestStatus
 from impl.sched.spec_stats import SpecDecodingStats
 from impl.sched.step_plan import StepPlan
@@ -97,6 +98,7 @@ class Scheduler(Admission):
         self.tracer: Tracer | None = None  # seed 002's per-step trace, when attached
         self.mamba_split = MambaAlignedSplit.setup(scheduler_config, kv_cache_config,
                                                    self.kv_cache_manager)  # None: no 'align'
+        self.prefix_replay_tokens = prefix_replay_window(kv_cache_config)
         self._setup_connector(scheduler_config, kv_cache_config)
 
     # -- scheduling -----------------------------------------------------------------------

@@ -274,3 +274,26 @@ def test_the_manager_is_walked_every_64th_check_and_its_counters_checked_between
     manager.num_idle = manager.slots.capacity + 1
     with pytest.raises(IntegrityError, match="idle and"):
         connector(scheduler).check_integrity()
+
+
+@pytest.mark.parametrize(("release", "waits"), [("0.32.0", False), ("0.33.0", True)])
+def test_a_reset_waits_for_its_flushed_jobs_reports_in_033_only(release: str,
+                                                                 waits: bool) -> None:
+    """`offloading_reset_fence`: `a` finishes with its store (job 0) in flight; a reset of the
+    connector's cache flushes the job. 0.33 keeps stepping (an empty step) until the worker
+    reports it; 0.32 forgets it and the engine is idle at once."""
+    from impl.behaviour import behaviour_for
+
+    scheduler = offloading_scheduler(behaviour=behaviour_for(release))
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    _, meta = run_step(scheduler)
+    assert list(meta.store_jobs) == [0] and "a" not in scheduler.requests
+    run_step(scheduler)  # reports `a` finished; its store is still in flight
+    assert scheduler.has_requests()
+    assert scheduler.reset_connector_cache()
+    assert connector(scheduler).reset_fence == ({0: 1} if waits else {})
+    assert scheduler.has_requests() is waits
+    _, meta = run_step(scheduler, done=(0,))  # the flush goes out; the late report comes in
+    assert meta.jobs_to_flush == {0}
+    assert connector(scheduler).reset_fence == {}
+    assert not scheduler.has_requests()

@@ -45,11 +45,12 @@ LORAS = (None, None, None, "adapter-a", "adapter-b", "adapter-c")
 """LoRA adapters: their names key the block hashes and KV events; `max_loras` (drawn per
 workload, 0 = no limit) makes admission skip a request whose adapter would exceed it."""
 LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
-           "window-alone", "reference", "reference-alone")
+           "window-alone", "reference", "reference-alone", "replay", "window+replay")
 """KV layouts by the groups they add to full attention ("full" twice: the common case);
 "window-alone" is a model whose every layer slides (one sliding-window group, no full one);
 "reference" adds a reference sliding window (the prompt kept, the output windowed) and
-"reference-alone" is a model of those layers only."""
+"reference-alone" is a model of those layers only; "replay" adds a sliding window with
+bounded replay (DeepSeek-V4.1: no prefix cache of its own, a hit's last window recomputed)."""
 
 
 def _window(draw: Any, block_size: int) -> KVCacheGroup:
@@ -58,6 +59,14 @@ def _window(draw: Any, block_size: int) -> KVCacheGroup:
     size = draw(st.sampled_from((block_size // 2, block_size, block_size + 1, block_size + 2,
                                  2 * block_size + 1, 3 * block_size, 64)), label="window")
     return KVCacheGroup("sliding_window", sliding_window=size)
+
+
+def _replayed_window(draw: Any, block_size: int) -> KVCacheGroup:
+    # Windows from a block to about a third of the longest model: hits no longer than the
+    # window are dropped, longer ones replay their last window.
+    size = draw(st.sampled_from((block_size, block_size + 1, 2 * block_size + 1, 64)),
+                label="replay window")
+    return KVCacheGroup("sliding_window", sliding_window=size, bounded_replay=True)
 
 
 def _reference_window(draw: Any, block_size: int) -> KVCacheGroup:
@@ -77,6 +86,8 @@ def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
         groups.append(_reference_window(draw, block_size))
     if "window" in layout:
         groups.append(_window(draw, block_size))
+    if "replay" in layout:
+        groups.append(_replayed_window(draw, block_size))
     if "chunked" in layout:
         chunk = draw(st.sampled_from((2 * block_size, 4 * block_size)), label="chunk")
         groups.append(KVCacheGroup("chunked_local", attention_chunk_size=chunk))

@@ -280,8 +280,9 @@ class UpstreamSystem:
         out = (self.scheduler.schedule(throttle_prefills=self._throttled)
                if self.config.data_parallel else self.scheduler.schedule())
         new = tuple(
+            # (releases before bounded replay have no `replay_start`: nothing replays there)
             NewRequest(r.req_id, len(r.prompt_token_ids or ()), r.num_computed_tokens,
-                       block_ids(r.block_ids))
+                       block_ids(r.block_ids), getattr(r, "replay_start", 0))
             for r in out.scheduled_new_reqs
         )
         c = out.scheduled_cached_reqs

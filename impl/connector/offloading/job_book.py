@@ -5,7 +5,8 @@ load's chunks are then unpinned, a store's become readable. A finished request's
 GPU blocks the scheduler may hand out again, so those blocks are watched and a store reading
 one that is handed out is flushed (the worker finishes it before the step runs). A load's
 chunks are remembered while it is in flight (with prefix caching): a request hitting one waits.
-A reset discards every job; reports of jobs made before it are ignored.
+A reset discards every job; reports of jobs made before it are ignored (from 0.33 they are
+still awaited: the reset's fence keeps the engine stepping until every one has come in).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class JobBook:
         self.jobs: dict[int, JobStatus] = {}
         self.job_counter = 0
         self.stale_job_threshold = 0  # jobs below it were made before a reset: ignored
+        # 0.33 (`Behaviour.offloading_reset_fence`): job -> worker reports still owed, for the
+        # jobs a reset flushed; the engine keeps stepping until the fence is empty.
+        self.reset_fence: dict[int, int] = {}
         # Block id -> store jobs reading it, for finished requests (whose blocks may be
         # handed out again while the store is in flight).
         self.watched_blocks: dict[int, set[int]] = {}
@@ -52,6 +56,7 @@ class JobBook:
         """Jobs the worker finished: loads unpin their chunks, stores make theirs readable."""
         for job_id, count in output.completed_jobs:
             if job_id < self.stale_job_threshold:
+                self._release_fence(job_id, count)
                 continue
             status = self.jobs[job_id]
             status.pending_workers -= count
@@ -75,10 +80,21 @@ class JobBook:
             if state.finished_signalled and not state.jobs:
                 del self.requests[status.req_id]
 
+    def _release_fence(self, job_id: int, count: int) -> None:
+        """A report of a job a reset flushed: one fewer owed (nothing without a fence)."""
+        owed = self.reset_fence.get(job_id)
+        if owed is None:
+            return
+        if owed <= count:
+            del self.reset_fence[job_id]
+        else:
+            self.reset_fence[job_id] = owed - count
+
     # -- state -----------------------------------------------------------------------------
     def has_pending_stores(self) -> bool:
-        """Jobs in flight: the engine keeps stepping to hear of them."""
-        return bool(self.jobs)
+        """Jobs in flight, or reports a reset's fence still waits for: the engine keeps
+        stepping to hear of them."""
+        return bool(self.jobs) or bool(self.reset_fence)
 
     def cpu_counts(self) -> tuple[int, int, int]:
         """The CPU tier's chunks: (pinned by a load or being written, idle, slots free)."""
@@ -97,7 +113,8 @@ class JobBook:
     def check_integrity(self) -> None:
         """The manager's own check (its whole walk every `FULL_WALK_EVERY` calls, its counters
         between), then every job belongs to a known request that lists it, a request has one
-        load or only stores, and the watched and loading sets match the jobs in flight."""
+        load or only stores, the watched and loading sets match the jobs in flight, and the
+        reset fence holds only jobs made before the reset that still owe reports."""
         walk = self.integrity_calls % FULL_WALK_EVERY == 0
         self.integrity_calls += 1
         if walk:
@@ -119,6 +136,10 @@ class JobBook:
             if not watchers or not watchers <= self.jobs.keys():
                 raise IntegrityError(f"offloading: block {block_id} is watched for jobs "
                                      f"{sorted(watchers)} not in flight")
+        if any(job_id >= self.stale_job_threshold or owed <= 0
+               for job_id, owed in self.reset_fence.items()):
+            raise IntegrityError(f"offloading: the reset fence {self.reset_fence} holds a job "
+                                 "made after the reset, or owes no report")
         if self.chunks_being_loaded is not None:
             loading = {key for status in self.jobs.values() if not status.is_store
                        for key in status.keys}

@@ -288,6 +288,9 @@ class OffloadingConnectorScheduler(StoreOffers):
                 group.next_stored_chunk = 0
             state.jobs.clear()
         self.stale_job_threshold = self.job_counter
+        if self.behaviour.offloading_reset_fence:
+            self.reset_fence.update((job_id, job.pending_workers)
+                                    for job_id, job in self.jobs.items())
         self.jobs.clear()
         self.watched_blocks.clear()
         if self.chunks_being_loaded is not None:
