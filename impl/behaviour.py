@@ -94,6 +94,13 @@ class Behaviour:
     `multimodal-unchunked` with `--offload offloading-arc`: a resumed request's chunk is
     stored again."""
 
+    eagle_lookahead_block_hashes: bool
+    """0.33, an EAGLE drafter with prefix caching and no KV connector: each block's hash also
+    covers the token after the block (the drafter's KV at the block's last position reads it),
+    so a block is hashed only once that token exists, and hits no longer give up their last
+    block. 0.32 hashes the block alone and drops the last block of every hit
+    (`impl.core.hit_search`). Seen on `eagle-multi-turn`: 0.33's hits are one block longer."""
+
     offloading_reset_fence: bool
     """0.33, the OffloadingConnector's scheduler side: a cache reset remembers the jobs it
     flushed (with the worker reports each still owes) and the engine keeps stepping until
@@ -122,6 +129,7 @@ BEHAVIOUR_0_32 = Behaviour(
     offload_failed_store_event=False,
     offloading_lookup_restarts_stores=False,
     offloading_reset_fence=False,
+    eagle_lookahead_block_hashes=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -138,6 +146,7 @@ BEHAVIOUR_0_33 = Behaviour(
     offload_failed_store_event=True,
     offloading_lookup_restarts_stores=True,
     offloading_reset_fence=True,
+    eagle_lookahead_block_hashes=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

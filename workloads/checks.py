@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
 from workloads.controls import ControlSpec, check_controls
+from workloads.eagle import eagle_lookahead
 from workloads.errors import WorkloadError
 from workloads.grammar import GrammarSpec, check_grammar
 from workloads.located import Located
@@ -119,7 +120,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         num_spec_tokens=model.num_spec_tokens,
         async_scheduling=model.async_scheduling,
         hash_block_size=model.hash_block_size,
-        num_lookahead_tokens=model.num_lookahead_tokens,
+        num_lookahead_tokens=eagle_lookahead(model, fail),
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
@@ -132,6 +133,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         data_parallel=model.data_parallel,
         log_iteration_details=model.log_iteration_details,
         per_request_spec_decode_metrics=model.per_request_spec_decode_metrics,
+        spec_method=model.spec_method,
     )
 
 

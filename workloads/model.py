@@ -18,6 +18,7 @@ from workloads.pd import KVTransferSpec
 from workloads.streaming import StreamChunk
 
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
+SpecMethod = Literal["ngram", "eagle"]
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
@@ -172,6 +173,9 @@ class EngineConfig:
     start of each busy period) instead of the engine holding prefill itself.
     `runner` "pooling" serves an embedding / pooling model: every request is prefill-only and
     finishes (stop) once its prompt is computed, with pooled output and no sampled token.
+    `spec_method` "eagle": the drafter is an EAGLE head (it writes the KV of the token after
+    each chunk, so prefix hits give up their last block; `num_lookahead_tokens` is then
+    `num_spec_tokens`); "ngram" (the default) drafts by prompt lookup.
     """
 
     model: str | None = None  # a model description the groups were planned from
@@ -202,6 +206,7 @@ class EngineConfig:
     log_iteration_details: bool = False
     # Upstream's per_request_spec_decode_metrics: none | summary | detailed.
     per_request_spec_decode_metrics: SpecMetricsLevel = "none"
+    spec_method: SpecMethod = "ngram"
 
     @property
     def usable_blocks(self) -> int:
@@ -243,6 +248,7 @@ class EngineConfig:
             **({"log_iteration_details": True} if self.log_iteration_details else {}),
             **({"per_request_spec_decode_metrics": self.per_request_spec_decode_metrics}
                if self.per_request_spec_decode_metrics != "none" else {}),
+            **({"spec_method": self.spec_method} if self.spec_method != "ngram" else {}),
         }
 
 

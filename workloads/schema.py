@@ -155,6 +155,7 @@ class EngineConfigModel(_Strict):
     data_parallel: bool = False
     log_iteration_details: bool = False
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = "none"
+    spec_method: Literal["ngram", "eagle"] = "ngram"
 
 
 class HeaderModel(_Strict):

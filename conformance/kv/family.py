@@ -50,6 +50,14 @@ class KVFamily:
     # Sparse prefix-cache retention for sliding-window/mamba groups (None: dense; 0: the
     # engine default, keep only what a replay of the prompt can reach).
     retention_interval: int | None = None
+    # An EAGLE drafter under vLLM 0.32's rule: every group's hit gives up its last block
+    # (dense retention only: EAGLE's replay boundaries are not modelled).
+    use_eagle: bool = False
+
+    def __post_init__(self) -> None:
+        if self.use_eagle and self.retention_interval is not None:
+            raise ValueError(f"{self.name}: use_eagle with a retention interval is not "
+                             "modelled")
 
     @property
     def scheduler_block_size(self) -> int:
@@ -130,6 +138,16 @@ FAMILIES: tuple[KVFamily, ...] = (
     # A bounded-replay window (DeepSeek-V4.1): no prefix cache of its own, so it takes no part
     # in the hit search (its hit stays empty) and indexes nothing; beside a plain window of the
     # same size (a different spec: not looked up together).
+    # EAGLE (0.32's trailing-block drop): alone, beside a window, and with a window under a
+    # coarser hit alignment (full blocks of 32, window blocks of 16: the window's search looks
+    # one of its blocks past the candidate and must land aligned after the drop; groups index
+    # one block past the aligned prefix).
+    KVFamily("eagle_full", (GroupShape("full", 16),), num_blocks=24, use_eagle=True),
+    KVFamily("eagle_full_window", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)),
+             num_blocks=40, use_eagle=True),
+    KVFamily("eagle_window_alignment",
+             (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
+             use_eagle=True),
     KVFamily("full_replay_window", (GroupShape("full", 16),
                                     GroupShape("sliding_window", 16, 48, bounded_replay=True),
                                     GroupShape("sliding_window", 16, 48)), num_blocks=48),

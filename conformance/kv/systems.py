@@ -69,7 +69,7 @@ class ImplKV:
             family.max_model_len,
             hash_block_size=family.effective_hash_block_size,
             enable_caching=family.enable_caching, log_stats=True,
-            enable_kv_cache_events=False,
+            enable_kv_cache_events=False, use_eagle=family.use_eagle,
         )
         self.hasher = RequestBlockHasher(family.effective_hash_block_size, family.hash_algo,
                                          none_hash)

@@ -161,6 +161,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("sliding_window", sliding_window=400,
                                                       bounded_replay=True)))),
+    SuiteEntry("eagle-multi-turn", "multi-turn conversations with an EAGLE drafter (3 "
+               "tokens): every prefix hit gives up its last block",
+               _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
+                        num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("eagle-hybrid-sliding-window", "hybrid full + sliding window with an EAGLE "
+               "drafter (2 tokens): the window's hit needs one more block, which it drops",
+               _variant("hybrid-sliding-window", "eagle-hybrid-sliding-window",
+                        "EAGLE, 2 draft tokens", num_spec_tokens=2, num_lookahead_tokens=2,
+                        spec_method="eagle")),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=(KVCacheGroup("full"),

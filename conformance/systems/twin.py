@@ -74,6 +74,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         policy=config.policy,
         num_spec_tokens=config.num_spec_tokens,
         num_lookahead_tokens=config.num_lookahead_tokens,
+        spec_method=config.spec_method,
         # A data-parallel rank is throttled by its engine core, never by its own cadence.
         prefill_schedule_interval=1 if config.data_parallel else config.prefill_schedule_interval,
         max_loras=config.max_loras,
@@ -146,8 +147,9 @@ class ImplSystem:
             self.scheduler.connector.cpu_block_pool.track_changes()
         if release is not None:
             self.name = f"impl=={release}"
-        self._hasher = RequestBlockHasher(config.effective_hash_block_size, config.hash_algo,
-                                          none_hash)
+        self._hasher = RequestBlockHasher(
+            config.effective_hash_block_size, config.hash_algo, none_hash,
+            lookahead=self.scheduler.scheduler_config.num_hash_lookahead_tokens)
         self._throttled = False  # a DP engine core's word for the next step
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:

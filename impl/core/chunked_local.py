@@ -31,8 +31,12 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         block_pool: BlockPool,
         kv_cache_spec: KVCacheSpec,
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[list[KVCacheBlock]], int]:
         assert isinstance(kv_cache_spec, ChunkedLocalAttentionSpec)
+        if drop_eagle_block:  # upstream asserts too; the workload format refuses the pair
+            raise ValueError("kv_cache_groups: chunked local attention with an EAGLE drafter "
+                             "is not supported (upstream refuses it at the first lookup)")
         block_size = kv_cache_spec.block_size
         chunk = kv_cache_spec.attention_chunk_size
         max_blocks = max_length // block_size

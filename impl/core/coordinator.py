@@ -16,6 +16,7 @@ from impl.core.block_pool import BlockPool
 from impl.core.chunked_local import ChunkedLocalAttentionManager
 from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
+from impl.core.hit_search import find_hybrid_hit
 from impl.core.mamba import MambaManager
 from impl.core.mamba_align import MambaAlignManager
 from impl.core.reference_window import ReferenceWindowManager
@@ -59,9 +60,12 @@ class KVCacheCoordinator:
         enable_caching: bool,
         hash_block_size: int,
         enable_kv_cache_events: bool,
+        use_eagle: bool = False,
     ) -> None:
         check_hash_block_size(kv_cache_config, hash_block_size)
         self.hash_block_size = hash_block_size
+        # An EAGLE drafter: every group's hit gives up its last block (`impl.core.hit_search`).
+        self.use_eagle = use_eagle
         self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching,
                                     enable_kv_cache_events=enable_kv_cache_events)
         self.managers: list[SingleTypeKVCacheManager] = [
@@ -73,6 +77,7 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.hash_block_size = hash_block_size
             manager.retention_interval = kv_cache_config.prefix_cache_retention_interval
+            manager.use_eagle = use_eagle
         sizes = kv_cache_config.block_sizes
         self.scheduler_block_size = math.lcm(*sizes)
         if len(self.managers) > 1:
@@ -155,12 +160,6 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.remove_skipped_blocks(request_id, num_computed_tokens, num_prompt_tokens)
 
-    def prompt_grew(self, request_id: str) -> None:
-        """A streaming session's prompt grew (its next input part): its prompt tail moved, so
-        each group registers the new one when it caches there (`FullAttentionManager`)."""
-        for manager in self.managers:
-            manager.tail_registered.discard(request_id)
-
     def get_blocks(self, request_id: str) -> PerGroupBlocks:
         return tuple(manager.req_to_blocks.get(request_id, []) for manager in self.managers)
 
@@ -210,9 +209,10 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One group: its manager's own cache-hit search is the answer."""
 
     def __init__(self, kv_cache_config: KVCacheConfig, enable_caching: bool,
-                 hash_block_size: int, enable_kv_cache_events: bool) -> None:
+                 hash_block_size: int, enable_kv_cache_events: bool,
+                 use_eagle: bool = False) -> None:
         super().__init__(kv_cache_config, enable_caching, hash_block_size,
-                         enable_kv_cache_events)
+                         enable_kv_cache_events, use_eagle)
         block_size = self.managers[0].block_size
         if self.hash_block_size != block_size:
             raise ValueError(
@@ -228,7 +228,7 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                                       manager.block_size)
         hits, length = manager.find_longest_cache_hit(
             hashes, max_cache_hit_length, [0], self.block_pool, manager.kv_cache_spec,
-            manager.block_size,
+            manager.block_size, self.use_eagle,
         )
         return (hits[0],), length
 
@@ -237,9 +237,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several attention types; groups with an equal spec are looked up together."""
 
     def __init__(self, kv_cache_config: KVCacheConfig, enable_caching: bool,
-                 hash_block_size: int, enable_kv_cache_events: bool) -> None:
+                 hash_block_size: int, enable_kv_cache_events: bool,
+                 use_eagle: bool = False) -> None:
         super().__init__(kv_cache_config, enable_caching, hash_block_size,
-                         enable_kv_cache_events)
+                         enable_kv_cache_events, use_eagle)
         by_spec: dict[KVCacheSpec, list[int]] = {}
         for group_id, manager in enumerate(self.managers):
             # A group without a prefix cache takes no part in the search: its hit stays empty.
@@ -252,9 +253,20 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Only a prefix a future hit can match is worth indexing: hybrid hits are aligned to
-        the scheduler block size (the lcm of the group block sizes)."""
+        the scheduler block size (the lcm of the group block sizes). An EAGLE hit matches one
+        of the group's blocks past an aligned boundary before dropping it, so with EAGLE each
+        group indexes one block more where the computed tokens reach it."""
         aligned = num_computed_tokens - num_computed_tokens % self.scheduler_block_size
-        super().cache_blocks(request, aligned)
+        if not self.use_eagle or aligned == 0:
+            super().cache_blocks(request, aligned)
+            return
+        for manager in self.managers:
+            if not manager.kv_cache_spec.prefix_cacheable:
+                continue
+            hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size,
+                                          manager.block_size)
+            manager.cache_blocks(request, hashes,
+                                 min(num_computed_tokens, aligned + manager.block_size))
 
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int
@@ -265,25 +277,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     def find_cache_hit_and_junction(
         self, request: Request, max_cache_hit_length: int
     ) -> tuple[PerGroupBlocks, int, int]:
-        hit_length = max_cache_hit_length
-        alignment = self.scheduler_block_size
-        results: dict[int, list[KVCacheBlock]] = {}
-        longest = 0  # the longest hit of any one group (a candidate never grows)
-        while True:
-            candidate = hit_length
-            for spec, group_ids in self.spec_groups:
-                manager = self.managers[group_ids[0]]
-                hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size,
-                                              spec.block_size)
-                hits, candidate = manager.find_longest_cache_hit(
-                    hashes, candidate, group_ids, self.block_pool, spec, alignment
-                )
-                for group_id, group_hits in zip(group_ids, hits, strict=True):
-                    results[group_id] = group_hits
-                longest = max(longest, candidate)
-            if candidate >= hit_length:
-                break
-            hit_length = candidate
+        results, hit_length, longest = find_hybrid_hit(
+            request.block_hashes, self.hash_block_size, max_cache_hit_length, self.spec_groups,
+            self.managers, self.block_pool, self.scheduler_block_size, self.use_eagle)
         per_group = tuple(
             results.get(group_id, [])[: hit_length // self.managers[group_id].block_size]
             for group_id in range(len(self.managers))
@@ -296,17 +292,18 @@ def get_kv_cache_coordinator(
     enable_caching: bool,
     hash_block_size: int,
     enable_kv_cache_events: bool,
+    use_eagle: bool = False,
 ) -> KVCacheCoordinator:
     if not enable_caching:
         return KVCacheCoordinatorNoPrefixCache(
-            kv_cache_config, False, hash_block_size, enable_kv_cache_events
+            kv_cache_config, False, hash_block_size, enable_kv_cache_events, use_eagle
         )
     if len(kv_cache_config.kv_cache_groups) == 1:
         return UnitaryKVCacheCoordinator(
-            kv_cache_config, True, hash_block_size, enable_kv_cache_events
+            kv_cache_config, True, hash_block_size, enable_kv_cache_events, use_eagle
         )
     return HybridKVCacheCoordinator(
-        kv_cache_config, True, hash_block_size, enable_kv_cache_events
+        kv_cache_config, True, hash_block_size, enable_kv_cache_events, use_eagle
     )
 
 

@@ -26,21 +26,23 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
         A request resending this prompt can hit at most num_prompt_tokens - 1 tokens, i.e. up to
         the last hash boundary before that. When the boundary falls inside a (coarser) block,
-        the block is findable only through this secondary entry. Registered once per request,
-        when the tokens up to the boundary are cacheable.
+        the block is findable only through this secondary entry. Asked on every cache call
+        once the tokens up to the boundary are cacheable (registering is idempotent): the
+        block's promotion to a full block drops the entry, and a later call adds it back
+        beside the full hash, as upstream does (EAGLE reaches the boundary before the block is
+        full; a streaming session's growing prompt moves the boundary).
         """
         request_id = request.request_id
-        if request_id in self.tail_registered:
-            return
         hbs = self.hash_block_size
-        boundary = (request.num_prompt_tokens - 1) // hbs * hbs
+        # An EAGLE lookup reads the whole prompt before dropping a hash unit.
+        reach = request.num_prompt_tokens if self.use_eagle else request.num_prompt_tokens - 1
+        boundary = reach // hbs * hbs
         if boundary <= 0 or boundary % self.block_size == 0 or boundary > num_tokens:
             return
         blocks = self.req_to_blocks.get(request_id)
         index = boundary // self.block_size
         if not blocks or index >= len(blocks):
             return
-        self.tail_registered.add(request_id)
         num_hash_blocks = boundary // hbs
         self.block_pool.cache_partial_block(
             blocks[index], request.block_hashes[num_hash_blocks - 1], self.kv_cache_group_id,
@@ -59,9 +61,11 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         block_pool: BlockPool,
         kv_cache_spec: KVCacheSpec,
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[list[KVCacheBlock]], int]:
         """Scan from the left and stop at the first miss: hashes are chained, so nothing after
-        a miss can hit. The hit is then trimmed to a multiple of `alignment_tokens`."""
+        a miss can hit. An EAGLE hit then gives up its last block, and the hit is trimmed to a
+        multiple of `alignment_tokens`."""
         block_size = kv_cache_spec.block_size
         num_groups = len(kv_cache_group_ids)
         hits: list[list[KVCacheBlock]] = [[] for _ in range(num_groups)]
@@ -83,9 +87,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                     break
                 for group_hits, block in zip(hits, found, strict=True):
                     group_hits.append(block)
+        keep = len(hits[0])
+        if drop_eagle_block and keep:
+            keep -= 1
         if alignment_tokens > block_size:
-            per_alignment = alignment_tokens // block_size
-            keep = len(hits[0]) - len(hits[0]) % per_alignment
+            keep -= keep % (alignment_tokens // block_size)
+        if keep < len(hits[0]):
             for group_hits in hits:
                 del group_hits[keep:]
-        return hits, len(hits[0]) * block_size
+        return hits, keep * block_size

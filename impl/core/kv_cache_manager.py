@@ -79,6 +79,7 @@ class KVCacheManager:
         log_stats: bool,
         enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
+        use_eagle: bool = False,
     ) -> None:
         """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
         batch's budget, two under async scheduling); sizes the admission cap of block-recycling
@@ -94,7 +95,7 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config, enable_caching, hash_block_size, enable_kv_cache_events)
+            kv_cache_config, enable_caching, hash_block_size, enable_kv_cache_events, use_eagle)
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         for manager in self.coordinator.managers:
             cap = getattr(manager.kv_cache_spec, "admission_cap_blocks", None)
@@ -254,9 +255,6 @@ class KVCacheManager:
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         return self.coordinator.pop_blocks_for_free(request.request_id)
-
-    def prompt_grew(self, request_id: str) -> None:
-        self.coordinator.prompt_grew(request_id)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
                               num_prompt_tokens: int) -> None:

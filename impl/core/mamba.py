@@ -86,6 +86,7 @@ class MambaManager(SingleTypeKVCacheManager):
         block_pool: BlockPool,
         kv_cache_spec: KVCacheSpec,
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[list[KVCacheBlock]], int]:
         assert isinstance(kv_cache_spec, MambaSpec)
         block_size = kv_cache_spec.block_size

@@ -65,15 +65,24 @@ class RequestBlockHasher:
     and offset, `impl.core.multimodal.mm_hash_keys`) and the cache salt (on the first block
     only: chaining carries it to every later block). Keys are tagged tuples so different kinds
     can never collide.
+
+    `lookahead` L > 0 (an EAGLE drafter from vLLM 0.33): each hash also covers the L tokens
+    after its block, which the drafter's KV at the block's last position depends on, so a
+    block is hashed only once they exist; its extra keys become (keys of the block and those
+    tokens, *those tokens). Such blocks take the serialiser path.
     """
 
     __slots__ = ("hash_block_size", "_hash_fn", "none_hash", "_cbor", "_sha256", "_native",
-                 "_native_digest")
+                 "_native_digest", "lookahead")
 
-    def __init__(self, hash_block_size: int, hash_name: str, none_hash: BlockHash) -> None:
+    def __init__(self, hash_block_size: int, hash_name: str, none_hash: BlockHash,
+                 lookahead: int = 0) -> None:
         if hash_block_size < 1:
             raise ValueError(f"hash_block_size: must be >= 1 (got {hash_block_size})")
+        if lookahead < 0:
+            raise ValueError(f"lookahead: must be >= 0 (got {lookahead})")
         self.hash_block_size = hash_block_size
+        self.lookahead = lookahead
         self._hash_fn = get_hash_fn_by_name(hash_name)
         # What `_hash_direct` writes and digests (called directly: compiled, a call through
         # a stored function would cost more than the encoding of a 16-token block).
@@ -85,12 +94,15 @@ class RequestBlockHasher:
             None if self._sha256 else xxhash.xxh3_128_digest)
         self.none_hash = none_hash
 
-    def extra_keys(self, request: HashableRequest, start: int) -> tuple[Any, ...] | None:
+    def extra_keys(self, request: HashableRequest, start: int,
+                   end: int | None = None) -> tuple[Any, ...] | None:
+        """The keys of tokens [start, end) (default: the hash block at `start`)."""
         keys: list[tuple[Any, ...]] = []
         if request.lora_name is not None:
             keys.append(("lora", request.lora_name, request.lora_path or ""))
         if request.mm_features:
-            keys.extend(mm_hash_keys(request.mm_features, start, start + self.hash_block_size))
+            keys.extend(mm_hash_keys(request.mm_features, start,
+                                     start + self.hash_block_size if end is None else end))
         if start == 0 and request.cache_salt is not None:
             keys.append(("cache_salt", request.cache_salt))
         return tuple(keys) if keys else None
@@ -102,6 +114,8 @@ class RequestBlockHasher:
         parent = hashes[-1] if hashes else self.none_hash
         plain = (request.lora_name is None and request.cache_salt is None
                  and not request.mm_features)
+        if self.lookahead:
+            return self._hash_with_lookahead(request, parent, start)
         if plain and self._native is not None:
             return self._hash_native(self._native, parent, request, start)
         tokens = request.all_token_ids
@@ -114,6 +128,21 @@ class RequestBlockHasher:
             parent = hash_fn((parent, tuple(tokens[start : start + size]), extra))
             new.append(parent)
             start += size
+        return new
+
+    def _hash_with_lookahead(self, request: HashableRequest, parent: BlockHash,
+                             start: int) -> list[BlockHash]:
+        """Blocks whose `lookahead` next tokens exist, each keyed with them too."""
+        size, ahead, hash_fn = self.hash_block_size, self.lookahead, self._hash_fn
+        tokens = request.all_token_ids
+        new: list[BlockHash] = []
+        while start + size + ahead <= len(tokens):
+            end = start + size
+            following = tokens[end:end + ahead]
+            extra = (self.extra_keys(request, start, end + ahead), *following)
+            parent = hash_fn((parent, tuple(tokens[start:end]), extra))
+            new.append(parent)
+            start = end
         return new
 
     def _hash_native(self, native: NativeHashBlocks, parent: BlockHash,

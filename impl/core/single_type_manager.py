@@ -52,12 +52,13 @@ class SingleTypeKVCacheManager:
         self.admission_cap_blocks: int | None = None
         # Granularity of request block hashes (set by the coordinator; may be finer).
         self.hash_block_size = self.block_size
-        # Requests whose prompt-tail boundary entry is registered (see FullAttentionManager).
-        self.tail_registered: set[str] = set()
         # Granularity of prefix-cache hits (set by the coordinator; the lcm in hybrid models).
         self.cache_hit_alignment = self.block_size
         # None: cache every block that could serve a hit; 0: only what a prompt replay reaches.
         self.retention_interval: int | None = None
+        # An EAGLE drafter (set by the coordinator): hits give up their last block, so a hit
+        # may end one block past the aligned prefix and the prompt's whole tail is reachable.
+        self.use_eagle = False
 
     # -- sizing ----------------------------------------------------------------------------
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -133,10 +134,11 @@ class SingleTypeKVCacheManager:
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
-        """Index the request's blocks that became full, up to `num_tokens` tokens."""
+        """Index the request's blocks that became full, up to `num_tokens` tokens and as far
+        as the request has hashes (hashes that cover the next token come one token later)."""
         request_id = request.request_id
         num_cached = self.num_cached_block.get(request_id, 0)
-        num_full = num_tokens // self.block_size
+        num_full = min(num_tokens // self.block_size, len(block_hashes))
         if num_full <= num_cached:
             return
         self.block_pool.cache_full_blocks(
@@ -209,7 +211,6 @@ class SingleTypeKVCacheManager:
         """Forget the request and hand back its blocks, in table order, still referenced: the
         caller frees them (tail first), possibly later (a step in flight may still write)."""
         self.num_cached_block.pop(request_id, None)
-        self.tail_registered.discard(request_id)
         return self.req_to_blocks.pop(request_id, None) or []
 
     def allocate_external_computed_blocks(self, request_id: str, num_local_computed: int,
@@ -240,8 +241,13 @@ class SingleTypeKVCacheManager:
         block_pool: BlockPool,
         kv_cache_spec: KVCacheSpec,
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[list[KVCacheBlock]], int]:
-        """Per group, the longest run of cached blocks usable as a prefix, and its length."""
+        """Per group, the longest run of cached blocks usable as a prefix, and its length.
+
+        `drop_eagle_block`: an EAGLE drafter writes the KV of the token after each chunk into
+        the chunk's last block, so a hit must give up its last block (full attention, sliding
+        window); the coordinator lets such a search look one block further first."""
         raise NotImplementedError
 
     def check_integrity(self) -> None:
@@ -259,8 +265,3 @@ class SingleTypeKVCacheManager:
                 if not block.is_null and block.ref_cnt <= 0:
                     raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} "
                                          f"holds free {block}")
-        # A registered prompt tail belongs to a live request: free() forgets it with the blocks.
-        stale = self.tail_registered - self.req_to_blocks.keys()
-        if stale:
-            raise IntegrityError(f"group {self.kv_cache_group_id}: prompt tail registered for "
-                                 f"{sorted(map(str, stale))[:3]}, which hold no blocks")

@@ -25,14 +25,18 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def reachable_block_mask(self, start_block: int, end_block: int,
                              num_prompt_tokens: int) -> list[bool] | None:
         """A hit at an aligned length L needs only the window's blocks just before L, so block
-        i is worth caching iff some aligned boundary lies in (i, i + needed] blocks."""
+        i is worth caching iff some aligned boundary lies in (i, i + needed] blocks. An EAGLE
+        hit matches one block more, past L, before giving it back: its run ends one block
+        later and is one block longer."""
         needed = self.blocks_needed_for_hit()
         if self.retention_interval == 0:
             return self.replay_tail_mask(start_block, end_block, num_prompt_tokens, needed)
+        shift = 1 if self.use_eagle else 0
+        needed += shift
         per_alignment = self.cache_hit_alignment // self.block_size
         if per_alignment <= needed:
             return None
-        return [(i + needed) // per_alignment > i // per_alignment
+        return [i >= shift and (i - shift) % per_alignment >= per_alignment - needed
                 for i in range(start_block, end_block)]
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -48,13 +52,17 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         block_pool: BlockPool,
         kv_cache_spec: KVCacheSpec,
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[list[KVCacheBlock]], int]:
         assert isinstance(kv_cache_spec, SlidingWindowSpec)
         block_size = kv_cache_spec.block_size
-        needed = cdiv(kv_cache_spec.sliding_window - 1, block_size)
+        # An EAGLE hit gives up its last block, so it needs one more block in its run.
+        drop = 1 if drop_eagle_block else 0
+        needed = cdiv(kv_cache_spec.sliding_window - 1, block_size) + drop
         max_blocks = min(max_length // block_size, len(block_hashes))
         null_block = block_pool.null_block
         hits = [[null_block] * max_blocks for _ in kv_cache_group_ids]
+        per_alignment = alignment_tokens // block_size if alignment_tokens > block_size else 1
         run = 0
         end = -1
         for index in range(max_blocks - 1, -1, -1):
@@ -62,16 +70,21 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             if found is None:
                 run = 0
                 continue
+            # A run can only end where the hit (after the EAGLE drop) lands aligned.
+            if run == 0 and (index + 1 - drop) % per_alignment:
+                continue
             for group_hits, block in zip(hits, found, strict=True):
                 group_hits[index] = block
             run += 1
-            if run >= needed and ((index + run) * block_size) % alignment_tokens == 0:
+            if run >= needed:
                 end = index + run
                 break
         if end < 0:
-            # No window-sized run: only a run starting at block 0 can be a hit.
-            end = run if run and hits[0][0] is not null_block else 0
-            end -= (end * block_size % alignment_tokens) // block_size
+            # No window-sized run: only the run reaching block 0 is a hit (aligned down).
+            end = run - run % per_alignment
+        if drop_eagle_block and end > 0:
+            end -= 1
+            end -= end % per_alignment
         for group_hits in hits:
             del group_hits[end:]
         return hits, end * block_size

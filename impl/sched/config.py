@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
 from impl.connector.types import NixlSettings, OffloadingSettings, OffloadSettings
-from impl.core.specs import KVCacheConfig, MambaSpec
+from impl.core.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
 from impl.sched.continuum.settings import ContinuumSettings
 
 
@@ -20,6 +20,9 @@ class SchedulerConfig:
     policy: str = "fcfs"  # fcfs | priority | continuum
     num_spec_tokens: int = 0  # 0: no speculative decoding
     num_lookahead_tokens: int = 0  # KV slots past the scheduled tokens for a drafter (EAGLE)
+    # The drafter: "ngram" (prompt lookup) or "eagle" (a draft head on the target's hidden
+    # states; its prefix-cache hits give up their last block, `impl.core.hit_search`).
+    spec_method: str = "ngram"
     async_scheduling: bool = False
     enable_prefix_caching: bool = True
     hash_algo: str = "sha256"
@@ -70,6 +73,8 @@ class SchedulerConfig:
         if self.policy not in ("fcfs", "priority", "continuum"):
             raise ValueError("policy: must be 'fcfs', 'priority' or 'continuum' "
                              f"(got {self.policy!r})")
+        if self.spec_method not in ("ngram", "eagle"):
+            raise ValueError(f"spec_method: must be 'ngram' or 'eagle' (got {self.spec_method!r})")
         if self.policy == "continuum" and self.async_scheduling:
             raise ValueError("policy: 'continuum' is not implemented with async scheduling")
 
@@ -78,6 +83,25 @@ class SchedulerConfig:
         """Tokens scheduled but not yet processed, at most: a batch's budget per batch in
         flight (two under async scheduling, whose batch queue overlaps two steps)."""
         return (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
+
+    @property
+    def use_eagle(self) -> bool:
+        """An EAGLE drafter is on."""
+        return self.spec_method == "eagle" and self.num_spec_tokens > 0
+
+    @property
+    def num_hash_lookahead_tokens(self) -> int:
+        """Tokens after each block its hash also covers: 1 for an EAGLE drafter from 0.33 with
+        prefix caching and no connector (`Behaviour.eagle_lookahead_block_hashes`), else 0."""
+        if (self.use_eagle and self.behaviour.eagle_lookahead_block_hashes
+                and self.enable_prefix_caching and self.kv_connector is None):
+            return 1
+        return 0
+
+    @property
+    def use_eagle_block_drop(self) -> bool:
+        """EAGLE hits give up their last block, unless the hashes cover the next token."""
+        return self.use_eagle and self.num_hash_lookahead_tokens == 0
 
     @property
     def effective_hash_block_size(self) -> int:
@@ -111,3 +135,19 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
             raise ValueError(f"{where}: vLLM {config.behaviour.release} caches mamba prefixes "
                              "only in 'align' mode; set mamba_cache_mode 'align' or disable "
                              "prefix caching")
+
+
+def check_eagle(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
+    """EAGLE drafting as far as the twin runs it, refused otherwise with one line: not with
+    mamba groups (upstream drops their checkpoint block too, not modelled), chunked local
+    attention (upstream refuses it at the first lookup) or a KV connector (not modelled)."""
+    if not config.use_eagle:
+        return
+    for index, group in enumerate(kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        if isinstance(spec, MambaSpec | ChunkedLocalAttentionSpec):
+            raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with an EAGLE "
+                             "drafter is not implemented by the twin (spec_method 'ngram')")
+    if config.kv_connector is not None:
+        raise ValueError("kv_connector: a KV connector with an EAGLE drafter is not "
+                         "implemented by the twin (spec_method 'ngram')")

@@ -15,7 +15,7 @@ from impl.connector.types import OffloadMetadata
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission import Admission
-from impl.sched.config import SchedulerConfig, check_mamba_caching
+from impl.sched.config import SchedulerConfig, check_eagle, check_mamba_caching
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
 from impl.sched.encoder_cache import EncoderCacheManager
@@ -58,12 +58,14 @@ class Scheduler(Admission):
         self.behaviour = scheduler_config.behaviour
         self.log_stats = log_stats
         check_mamba_caching(scheduler_config, kv_cache_config)
+        check_eagle(scheduler_config, kv_cache_config)
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config, scheduler_config.max_model_len,
             hash_block_size=scheduler_config.effective_hash_block_size,
             enable_caching=scheduler_config.enable_prefix_caching, log_stats=log_stats,
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
+            use_eagle=scheduler_config.use_eagle_block_drop,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         self.max_num_encoder_input_tokens = scheduler_config.max_num_encoder_input_tokens

@@ -55,7 +55,6 @@ class StreamingSessions(SchedulerState):
         stop's token too.)"""
         session.continue_session(session.num_computed_tokens, update.prompt_token_ids,
                                  update.max_tokens)
-        self.kv_cache_manager.prompt_grew(session.request_id)
         session.arrival_time = update.arrival_time
         if session.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
             self.num_waiting_for_streaming_input -= 1

@@ -76,3 +76,21 @@ def test_coarser_block_size_uses_the_last_sub_block_hash() -> None:
     view = hashes_at_block_size([b"A", b"B", b"C", b"D", b"E"], 16, 32)
     assert len(view) == 2 and list(view) == [b"B", b"D"]
     assert hashes_at_block_size([b"A"], 16, 16) == [b"A"]
+
+
+@pytest.mark.parametrize("name", ["sha256", "xxhash_cbor"])
+def test_lookahead_hashes_cover_the_next_token_and_wait_for_it(name: str) -> None:
+    """`lookahead` 1 (an EAGLE drafter, vLLM 0.33): block i's hash is that of (parent, its
+    tokens, (its keys, the token after it)), made only once that token exists."""
+    fn = get_hash_fn_by_name(name)
+    none_hash = make_none_hash(name, "0")
+    hasher = RequestBlockHasher(4, name, none_hash, lookahead=1)
+    request = Request("r", range(10, 18), block_hasher=hasher)  # 8 tokens: 2 full blocks
+    first = fn((none_hash, (10, 11, 12, 13), (None, 14)))
+    assert request.block_hashes == [first]  # block 1 waits for token 8
+    request.append_output_token(99)
+    assert request.block_hashes == [first, fn((first, (14, 15, 16, 17), (None, 99)))]
+    legacy = RequestBlockHasher(4, name, none_hash)
+    assert Request("r", range(10, 18), block_hasher=legacy).block_hashes[0] != first
+    with pytest.raises(ValueError, match="lookahead: must be >= 0"):
+        RequestBlockHasher(4, name, none_hash, lookahead=-1)

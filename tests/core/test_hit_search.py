@@ -15,8 +15,8 @@ from impl.core.specs import SlidingWindowSpec
 H = [bytes([i]) * 8 for i in range(8)]  # block hashes of a 7-block prompt
 
 
-def search(cached: set[int], window: int, num_blocks: int, alignment: int = 4
-           ) -> tuple[list[int], int]:
+def search(cached: set[int], window: int, num_blocks: int, alignment: int = 4,
+           drop_eagle_block: bool = False) -> tuple[list[int], int]:
     """Cache blocks `cached` (by position) of a request, then search its first `num_blocks`
     hashes; returns the hit's block ids per position (0: the null block) and its length."""
     pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
@@ -26,7 +26,7 @@ def search(cached: set[int], window: int, num_blocks: int, alignment: int = 4
     pool.free_blocks(blocks)  # cached blocks stay findable while free
     spec = SlidingWindowSpec(block_size=4, sliding_window=window)
     hits, length = SlidingWindowManager.find_longest_cache_hit(
-        H[:num_blocks], num_blocks * 4, [0], pool, spec, alignment)
+        H[:num_blocks], num_blocks * 4, [0], pool, spec, alignment, drop_eagle_block)
     ids = [0 if b.is_null else H.index(b.block_hash) + 100 for b in hits[0]]
     return ids, length
 
@@ -57,9 +57,10 @@ def test_a_window_one_token_past_a_block_needs_two_blocks() -> None:
 
 @pytest.mark.parametrize(("cached", "expected"), [
     ({0, 1, 2, 3, 4, 5}, ([0, 0, 0, 0, 104, 105], 24)),
-    # no window-sized run ends on a multiple of 8 (20 does not), but the run from block 0
-    # covers everything: a hit at 20 aligned down to 16, every block kept
-    ({0, 1, 2, 3, 4}, ([100, 101, 102, 103], 16)),
+    # block 4 would end a run at 20 tokens, not a multiple of 8: a run may not end there, so
+    # the search goes on left and the run 2-3 ends at 16 (blocks 0 and 1 are not taken; the
+    # twin once kept the whole run from block 0, same length, other blocks touched)
+    ({0, 1, 2, 3, 4}, ([0, 0, 102, 103], 16)),
     ({0}, ([], 0)),                               # a 4-token run from 0 aligns down to 0
 ])
 def test_hits_end_on_the_alignment(cached: set[int], expected: tuple[list[int], int]) -> None:
@@ -68,9 +69,26 @@ def test_hits_end_on_the_alignment(cached: set[int], expected: tuple[list[int], 
 
 
 def test_a_hit_ends_on_the_alignment_counted_from_the_start() -> None:
-    """Alignment of 3 blocks (block sizes 4 and 12): no run of two ends on 12 or 24 tokens
-    here, so the run from block 0 (20 tokens) is cut to 12."""
-    assert search({0, 1, 2, 3, 4}, 9, 5, alignment=12) == ([100, 101, 102], 12)
+    """Alignment of 3 blocks (block sizes 4 and 12): blocks 4 and 3 cannot end a run (20 and
+    16 tokens), block 2 can (12): the run 1-2 is the hit."""
+    assert search({0, 1, 2, 3, 4}, 9, 5, alignment=12) == ([0, 101, 102], 12)
+
+
+@pytest.mark.parametrize(("cached", "window", "num_blocks", "alignment", "expected"), [
+    # one more block in the run (3), whose last block is then given back
+    ({0, 1, 2, 3, 4, 5}, 9, 6, 4, ([0, 0, 0, 103, 104], 20)),
+    ({0, 1, 2, 3, 4, 5}, 9, 7, 4, ([0, 0, 0, 103, 104], 20)),  # block 6 missing
+    # the run may end where the hit lands aligned after the drop: 20 - 4 = 16
+    ({0, 1, 2, 3, 4}, 9, 6, 8, ([0, 0, 102, 103], 16)),
+    ({0, 2}, 9, 3, 4, ([], 0)),  # the one-block run from 0 gives its block back
+    ({1, 2, 3}, 6, 4, 4, ([0, 101, 102], 12)),
+])
+def test_an_eagle_hit_gives_up_its_last_block(cached: set[int], window: int, num_blocks: int,
+                                              alignment: int,
+                                              expected: tuple[list[int], int]) -> None:
+    """EAGLE (`drop_eagle_block`): the answers of vLLM 0.32.0's and 0.33.0's own search on the
+    same pool (probed), blocks and lengths."""
+    assert search(cached, window, num_blocks, alignment, drop_eagle_block=True) == expected
 
 
 def chunked_search(cached: set[int], max_length: int, alignment: int = 4, chunk: int = 8
@@ -202,3 +220,35 @@ def test_a_hybrid_hit_shortened_by_a_later_group_is_searched_again() -> None:
     hits, length = manager.coordinator.find_longest_cache_hit(request, 24)
     assert length == 0 and all(len(group_hits) == 0 for group_hits in hits)
     pool.check_integrity({})
+
+
+@pytest.mark.parametrize(("full_block", "window_block", "window", "expected"), [
+    # window 32: 2 blocks + the EAGLE one; full attention drops 96 -> 80, the window looks
+    # one of its blocks past 80 (to 96) and lands back at 80
+    (16, 16, 32, ((1, 2, 3, 4, 5), (0, 0, 0, 11, 12), 80)),
+    # full blocks of 32: full drops to 64; the window (blocks of 16) looks to 80, needs a run
+    # ending at 80 whose drop lands on 64: blocks 3-4 (one for the window, one given back)
+    (32, 16, 16, ((1, 2), (0, 0, 0, 8), 64)),
+])
+def test_a_hybrid_eagle_hit_lets_each_type_look_one_block_past(
+        full_block: int, window_block: int, window: int,
+        expected: tuple[tuple[int, ...], tuple[int, ...], int]) -> None:
+    """A 100-token prompt cached whole, then resent: vLLM 0.32.0's answers (probed with its
+    KVCacheManager, `use_eagle=True`)."""
+    from impl.core.kv_cache_manager import KVCacheManager
+    from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from tests.core.helpers import make_request
+
+    groups = (KVCacheGroupSpec(("f",), FullAttentionSpec(block_size=full_block)),
+              KVCacheGroupSpec(("w",), SlidingWindowSpec(block_size=window_block,
+                                                         sliding_window=window)))
+    manager = KVCacheManager(KVCacheConfig(40, groups), max_model_len=1024, enable_caching=True,
+                             log_stats=False, enable_kv_cache_events=False, use_eagle=True)
+    size = min(full_block, window_block)
+    first = make_request("a", range(1000, 1100), block_size=size)
+    assert manager.allocate_slots(first, 100) is not None
+    first.num_computed_tokens = 100
+    second = make_request("b", range(1000, 1100), block_size=size)
+    hits, num = manager.get_computed_blocks(second)
+    full_ids, window_ids = (tuple(ids) for ids in hits.get_block_ids())
+    assert (full_ids, window_ids, num) == expected

@@ -137,14 +137,6 @@ def test_a_cached_count_beyond_the_table_is_caught() -> None:
         manager.check_integrity()
 
 
-def test_a_prompt_tail_left_registered_after_free_is_caught() -> None:
-    manager = make_manager(10, FullAttentionSpec(block_size=4))
-    admit(manager, make_request("a", range(10)))
-    manager.coordinator.managers[0].tail_registered.add("gone")
-    with pytest.raises(IntegrityError, match=r"group 0: prompt tail registered for \['gone'\]"):
-        manager.check_integrity()
-
-
 def test_the_checks_survive_python_dash_o() -> None:
     script = textwrap.dedent("""
         import sys

@@ -167,7 +167,8 @@ def test_presets_by_release() -> None:
                                        "offload_lru_request_ranks": True,
                                        "offload_failed_store_event": True,
                                        "offloading_lookup_restarts_stores": True,
-                                       "offloading_reset_fence": True}
+                                       "offloading_reset_fence": True,
+                                       "eagle_lookahead_block_hashes": True}
     assert not any(BEHAVIOUR_0_32.switches.values())
     with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
         behaviour_for("0.19.1")

@@ -28,7 +28,8 @@ def offloadable(workload: Workload) -> bool:
     kinds = {g.type for g in config.kv_cache_groups}
     return ("full" in kinds and "mamba" not in kinds and config.policy != "continuum"
             and config.hash_block_size in (None, config.block_size)
-            and not any(g.bounded_replay for g in config.kv_cache_groups))
+            and not any(g.bounded_replay for g in config.kv_cache_groups)
+            and config.spec_method != "eagle")
 
 
 def draw_gpu_pool(draw: Any, workload: Workload) -> int:
@@ -71,8 +72,10 @@ def offload_workloads(draw: Any, max_requests: int = 10) -> Workload:
 
 
 def offloading_capable(workload: Workload) -> bool:
-    """Layouts the twin's OffloadingConnector models: full-attention groups only."""
-    return all(g.type == "full" for g in workload.config.kv_cache_groups)
+    """Layouts the twin's OffloadingConnector models: full-attention groups only (and no EAGLE
+    drafter: a connector with one is not modelled)."""
+    return (all(g.type == "full" for g in workload.config.kv_cache_groups)
+            and workload.config.spec_method != "eagle")
 
 
 @st.composite

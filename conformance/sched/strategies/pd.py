@@ -29,7 +29,7 @@ def pd_capable(workload: Workload) -> bool:
     model, no continuum policy."""
     config = workload.config
     return ([g.type for g in config.kv_cache_groups] == ["full"] and config.runner == "generate"
-            and config.policy != "continuum")
+            and config.policy != "continuum" and config.spec_method != "eagle")
 
 
 def _plain(request: RequestSpec) -> bool:

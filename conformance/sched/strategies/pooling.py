@@ -23,7 +23,7 @@ from workloads.model import Workload
 def pooling_workloads(draw: Any, max_requests: int = 8) -> Workload:
     workload: Workload = draw(workloads(max_requests))
     config = replace(workload.config, runner="pooling", async_scheduling=False,
-                     num_spec_tokens=0, num_lookahead_tokens=0)
+                     num_spec_tokens=0, num_lookahead_tokens=0, spec_method="ngram")
     # A pooling request has no sampling parameters, so none carries a KV report mode (the
     # workload checks refuse "full" there; upstream would not read it).
     requests = tuple(replace(r, max_tokens=1, min_tokens=0, kv_cache_report_mode="incremental")

@@ -124,6 +124,10 @@ def engine_configs(draw: Any) -> EngineConfig:
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
     hash_block = None if len(groups) == 1 or align else draw(
         st.sampled_from((None, None, block_size // 2)), label="hash_block_size")
+    # An EAGLE drafter (hits give up their last block; from 0.33 block hashes cover the next
+    # token instead) where the twin models it: no mamba or chunked local groups.
+    eagle = bool(spec) and all(g.type not in ("mamba", "chunked_local") for g in groups) and draw(
+        st.sampled_from((False, False, True)), label="eagle")
     interval = draw(st.sampled_from((1, 1, 1, 2, 3)), label="prefill_schedule_interval")
     # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
     # engine core (both releases).
@@ -148,7 +152,9 @@ def engine_configs(draw: Any) -> EngineConfig:
         num_spec_tokens=spec,
         async_scheduling=draw(st.booleans(), label="async"),
         hash_block_size=hash_block,
-        num_lookahead_tokens=draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0,
+        num_lookahead_tokens=spec if eagle else (
+            draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0),
+        spec_method="eagle" if eagle else "ngram",
         prefill_schedule_interval=interval,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
         data_parallel=data_parallel,

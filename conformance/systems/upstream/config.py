@@ -103,6 +103,11 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
             kv_transfer_config=upstream_transfer_config(config, connector_class),
             **observability(config),
         )
+    if config.spec_method == "eagle" and vllm_config.speculative_config is not None:
+        # An EAGLE head needs a draft model to build; the scheduler only asks the config
+        # whether the method is EAGLE's (hit drops, prefill look-ahead), so the n-gram config
+        # built above is relabelled. Drafts come from the harness either way.
+        vllm_config.speculative_config.method = "eagle"
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the
     # Scheduler reads it (it sizes in-flight reservations for recycling KV groups from it).

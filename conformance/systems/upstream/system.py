@@ -129,8 +129,12 @@ class UpstreamSystem:
         self.scheduler.kv_cache_manager.enable_kv_cache_events = True
         self._sink = EventSink()
         self.scheduler.kv_event_publisher = self._sink
+        # From 0.33 an EAGLE config hashes each block with the token after it (the engine
+        # builds the request hasher from the config's lookahead; earlier releases have none).
+        lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0)
         self._block_hasher = kv_cache_utils.get_request_block_hasher(
-            config.effective_hash_block_size, hash_fn)
+            config.effective_hash_block_size, hash_fn,
+            **({"num_hash_lookahead_tokens": lookahead} if lookahead else {}))
         self._external_hits: list[tuple[str, int]] = []
         self._offload = self._watch_connector()
         # Counts and cached ids kept as the pools change, not walked every step (issue 31).

@@ -1,0 +1,36 @@
+"""EAGLE drafting (`spec_method: "eagle"`): what a workload may ask for.
+
+An EAGLE head drafts from the target model's hidden states and writes the KV of the token after
+each chunk into the chunk's last block, so prefix-cache hits give up their last block; its
+lookahead slots are one per draft token. Modelled beside full attention, sliding windows and
+reference windows, without a KV connector or multimodal inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workloads.errors import WorkloadError
+from workloads.schema import EngineConfigModel
+
+
+def eagle_lookahead(model: EngineConfigModel, fail: Callable[[str, str], WorkloadError]) -> int:
+    """The config's lookahead slots: `num_lookahead_tokens`, or under EAGLE `num_spec_tokens`
+    (which an explicit `num_lookahead_tokens` must equal); refuses what EAGLE is not modelled
+    with, naming the field."""
+    if model.spec_method != "eagle":
+        return model.num_lookahead_tokens
+    k = model.num_spec_tokens
+    if k == 0:
+        raise fail("spec_method", "'eagle' needs num_spec_tokens > 0 (the drafts it proposes)")
+    if model.num_lookahead_tokens not in (0, k):
+        raise fail("num_lookahead_tokens", f"must be {k} (num_spec_tokens) or left out under "
+                   "spec_method 'eagle': the head writes one slot ahead per draft token")
+    for index, group in enumerate(model.kv_cache_groups):
+        if group.type in ("mamba", "chunked_local"):
+            raise fail(f"kv_cache_groups[{index}]", f"a {group.type!r} group with spec_method "
+                       "'eagle' is not modelled (upstream drops mamba checkpoints too and "
+                       "refuses chunked local attention at the first lookup)")
+    for field, value in (("kv_connector", model.kv_connector), ("multimodal", model.multimodal)):
+        if value is not None:
+            raise fail(field, "not modelled yet with spec_method 'eagle'")
+    return k
