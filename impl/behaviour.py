@@ -101,6 +101,13 @@ class Behaviour:
     block. 0.32 hashes the block alone and drops the last block of every hit
     (`impl.core.hit_search`). Seen on `eagle-multi-turn`: 0.33's hits are one block longer."""
 
+    encoder_budget_cut_without_lookahead: bool
+    """0.33, a multimodal request with an EAGLE drafter (which reads one token past the chunk):
+    a chunk cut because the encoder cannot take an item ends just before the item and is
+    never made longer; 0.32 also keeps the drafter's token off the item there, and keeps an
+    item's encoder-cache reference until the decoder is that token past it. Both choose items
+    for the chunk plus the drafter's token. Seen on `eagle-multimodal`."""
+
     offloading_reset_fence: bool
     """0.33, the OffloadingConnector's scheduler side: a cache reset remembers the jobs it
     flushed (with the worker reports each still owes) and the engine keeps stepping until
@@ -128,6 +135,7 @@ BEHAVIOUR_0_32 = Behaviour(
     offload_lru_request_ranks=False,
     offload_failed_store_event=False,
     offloading_lookup_restarts_stores=False,
+    encoder_budget_cut_without_lookahead=False,
     offloading_reset_fence=False,
     eagle_lookahead_block_hashes=False,
 )
@@ -145,6 +153,7 @@ BEHAVIOUR_0_33 = Behaviour(
     offload_lru_request_ranks=True,
     offload_failed_store_event=True,
     offloading_lookup_restarts_stores=True,
+    encoder_budget_cut_without_lookahead=True,
     offloading_reset_fence=True,
     eagle_lookahead_block_hashes=True,
 )

@@ -2,8 +2,9 @@
 
 An EAGLE head drafts from the target model's hidden states and writes the KV of the token after
 each chunk into the chunk's last block, so prefix-cache hits give up their last block; its
-lookahead slots are one per draft token. Modelled beside full attention, sliding windows and
-reference windows, without a KV connector or multimodal inputs."""
+lookahead slots are one per draft token, and it reads one prompt token past each chunk (which
+moves encoder scheduling for multimodal inputs). Modelled beside full attention, sliding
+windows and reference windows, without a KV connector."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ def eagle_lookahead(model: EngineConfigModel, fail: Callable[[str, str], Workloa
             raise fail(f"kv_cache_groups[{index}]", f"a {group.type!r} group with spec_method "
                        "'eagle' is not modelled (upstream drops mamba checkpoints too and "
                        "refuses chunked local attention at the first lookup)")
-    for field, value in (("kv_connector", model.kv_connector), ("multimodal", model.multimodal)):
-        if value is not None:
-            raise fail(field, "not modelled yet with spec_method 'eagle'")
+    if model.kv_connector is not None:
+        raise fail("kv_connector", "not modelled yet with spec_method 'eagle'")
     return k

@@ -165,6 +165,11 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "tokens): every prefix hit gives up its last block",
                _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
                         num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("eagle-multimodal", "multimodal items with an EAGLE drafter (2 tokens): items "
+               "chosen for the chunk plus the token the drafter reads past it, cuts before an "
+               "item the encoder cannot take (0.32 keeps the drafter's token off it too)",
+               _variant("multimodal", "eagle-multimodal", "EAGLE, 2 draft tokens",
+                        num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle")),
     SuiteEntry("eagle-hybrid-sliding-window", "hybrid full + sliding window with an EAGLE "
                "drafter (2 tokens): the window's hit needs one more block, which it drops",
                _variant("hybrid-sliding-window", "eagle-hybrid-sliding-window",

@@ -90,6 +90,11 @@ class SchedulerConfig:
         return self.spec_method == "eagle" and self.num_spec_tokens > 0
 
     @property
+    def num_prefill_lookahead(self) -> int:
+        """Prompt tokens past a chunk the drafter reads: 1 for an EAGLE head, else 0."""
+        return 1 if self.use_eagle else 0
+
+    @property
     def num_hash_lookahead_tokens(self) -> int:
         """Tokens after each block its hash also covers: 1 for an EAGLE drafter from 0.33 with
         prefix caching and no connector (`Behaviour.eagle_lookahead_block_hashes`), else 0."""

@@ -13,6 +13,11 @@ With `disable_chunked_mm_input` a chunk may not end inside an item either: it st
 item instead. Two requests may not present one identifier with different embedding counts (a
 reused client id); such a request is finished with an error at the next output.
 
+An EAGLE drafter reads one token past the chunk (`SchedulerConfig.num_prefill_lookahead`):
+items are chosen for the chunk plus that token, and a chunk stopped before an item stops that
+token earlier too. 0.32 also keeps that margin when a chunk is cut for budget or room and when
+references are dropped; 0.33 does neither (`Behaviour.encoder_budget_cut_without_lookahead`).
+
 Decisions are taken before the KV allocation, and their side effects on the cache (references
 taken, entries evicted) stay even when the allocation then fails, as upstream's do; budget and
 room are only consumed once the request is actually scheduled (`commit_encoder_inputs`).
@@ -43,7 +48,8 @@ class EncoderInputs(SchedulerState):
         shared: list[int] = []
         chosen: dict[str, int] = {}  # identifier -> embeddings, encoded this step
         num_chosen = 0
-        window_end = num_computed + num_new
+        shift = self.scheduler_config.num_prefill_lookahead
+        window_end = num_computed + num_new + shift
         lo, hi = features_in_window(features, num_computed, window_end)
         for index in range(lo, hi):
             feature = features[index]
@@ -51,7 +57,7 @@ class EncoderInputs(SchedulerState):
             if (self.scheduler_config.disable_chunked_mm_input
                     and self._before_item(num_computed, start)
                     and num_computed + num_new < feature.end):
-                num_new = max(0, start - num_computed)  # stop before the item
+                num_new = max(0, start - (num_computed + shift))  # stop before the item
                 break
             identifier = feature.identifier
             embeds = feature.num_embeds
@@ -68,7 +74,7 @@ class EncoderInputs(SchedulerState):
             if not cache.can_allocate(request, index, budget, num_chosen):
                 # No budget or room: compute up to the item, or nothing when the chunk
                 # starts inside it.
-                num_new = start - num_computed if num_computed < start else 0
+                num_new = self._cut_before_item(num_computed, num_new, start, shift)
                 break
             first, last = feature.embeds_in_range(max(0, num_computed - start),
                                                   min(feature.length, window_end - start))
@@ -79,6 +85,14 @@ class EncoderInputs(SchedulerState):
             chosen[identifier] = embeds
             to_encode.append(index)
         return to_encode, num_new, budget, shared
+
+    def _cut_before_item(self, num_computed: int, num_new: int, start: int, shift: int) -> int:
+        """A chunk cut for an item the encoder cannot take: it ends before the item (0.32:
+        with the drafter's look-ahead too; 0.33: never longer than it was), or is empty when
+        it starts inside the item."""
+        if self.behaviour.encoder_budget_cut_without_lookahead:
+            return min(num_new, start - num_computed) if num_computed < start else 0
+        return start - (num_computed + shift) if num_computed + shift < start else 0
 
     def _before_item(self, num_computed: int, start: int) -> bool:
         """Whether a chunk from `num_computed` counts as reaching an item at `start` from
@@ -133,6 +147,8 @@ class EncoderInputs(SchedulerState):
         if not held:
             return
         done = request.num_computed_tokens - request.num_output_placeholders
+        if not self.behaviour.encoder_budget_cut_without_lookahead:
+            done -= self.scheduler_config.num_prefill_lookahead  # 0.32: the drafter's too
         features = request.mm_features
         for index in list(held):
             if features[index].end <= done:

@@ -167,6 +167,7 @@ def test_presets_by_release() -> None:
                                        "offload_lru_request_ranks": True,
                                        "offload_failed_store_event": True,
                                        "offloading_lookup_restarts_stores": True,
+                                       "encoder_budget_cut_without_lookahead": True,
                                        "offloading_reset_fence": True,
                                        "eagle_lookahead_block_hashes": True}
     assert not any(BEHAVIOUR_0_32.switches.values())

@@ -64,3 +64,40 @@ def test_eagle_with_mamba_is_refused_with_the_group_named() -> None:
         Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
     with pytest.raises(ValueError, match="spec_method: must be 'ngram' or 'eagle'"):
         SchedulerConfig(1, 1, 1, spec_method="medusa")
+
+
+@pytest.mark.parametrize(("release", "b_tokens"), [("0.32.0", 24), ("0.33.0", 25)])
+def test_a_chunk_cut_for_the_encoder_keeps_the_drafters_token_off_the_item_in_032(
+        release: str, b_tokens: int) -> None:
+    """The chunk-cut test of `test_multimodal.py` with an EAGLE drafter: `b`'s item (at 25)
+    does not fit the budget; 0.32 stops b's chunk one token earlier, where the drafter's
+    token is not on the item either; 0.33 stops just before the item."""
+    from impl.core.multimodal import MultiModalFeature
+    from tests.sched.helpers import make_request, make_scheduler, scheduled
+
+    s = make_scheduler(max_num_encoder_input_tokens=40, encoder_cache_size=128,
+                       num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle",
+                       behaviour=behaviour_for(release))
+    s.add_request(make_request("a", range(100, 140),
+                               mm_features=[MultiModalFeature("img-a", 0, 30)]))
+    s.add_request(make_request("b", range(300, 360),
+                               mm_features=[MultiModalFeature("img-b", 25, 30)]))
+    out, _ = step(s)
+    assert out.scheduled_encoder_inputs == {"a": [0]}
+    assert scheduled(out) == {"a": 40, "b": b_tokens}
+
+
+def test_the_drafters_token_chooses_an_item_one_token_early() -> None:
+    """A chunk ending just before an item: with the drafter's token the item is encoded in
+    this step (the drafter reads its first placeholder)."""
+    from impl.core.multimodal import MultiModalFeature
+    from tests.sched.helpers import make_request, make_scheduler
+
+    for method, encoded in (("ngram", {}), ("eagle", {"a": [0]})):
+        s = make_scheduler(max_num_encoder_input_tokens=64, encoder_cache_size=128,
+                           max_num_batched_tokens=32, num_spec_tokens=2,
+                           num_lookahead_tokens=2, spec_method=method)
+        s.add_request(make_request("a", range(100, 164),
+                                   mm_features=[MultiModalFeature("img", 32, 16)]))
+        out, _ = step(s)
+        assert out.scheduled_encoder_inputs == encoded

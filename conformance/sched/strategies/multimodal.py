@@ -31,10 +31,7 @@ IDENTIFIERS = ("img-a", "img-b", "img-c", "img-d")
 
 
 def encodable(workload: Workload) -> bool:
-    """No mamba groups, no EAGLE drafter (its look-ahead shifts encoder scheduling: not
-    modelled)."""
-    return (all(g.type != "mamba" for g in workload.config.kv_cache_groups)
-            and workload.config.spec_method != "eagle")
+    return all(g.type != "mamba" for g in workload.config.kv_cache_groups)
 
 
 @st.composite
