@@ -32,7 +32,6 @@ from workloads.models import plan_engine_groups
 from workloads.multimodal import MultimodalConfig, MultimodalItem, check_items
 from workloads.pd import KVTransferSpec, check_kv_transfer
 from workloads.prompts import TokenSource
-from workloads.replay import check_bounded_replay
 from workloads.schema import (
     AbortModel,
     ControlModel,
@@ -42,6 +41,7 @@ from workloads.schema import (
     RequestModel,
 )
 from workloads.streaming import StreamChunk, check_stream
+from workloads.uncached_groups import check_uncached_groups
 
 _Fail = Callable[[str, str], WorkloadError]
 
@@ -94,7 +94,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             [g.type for g in model.kv_cache_groups] != ["full"]):
         raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
                    "group only (hybrid exchanges clip their block lists; not modelled yet)")
-    check_bounded_replay(model, fail)
+    check_uncached_groups(model, fail)
     modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}
     if len(modes) > 1:
         raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "

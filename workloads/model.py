@@ -19,7 +19,8 @@ from workloads.streaming import StreamChunk
 
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
 SpecMethod = Literal["ngram", "eagle"]
-KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
+KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window",
+                           "circular_buffer"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
 Estimator = Literal["fixed", "learned"]
@@ -40,6 +41,8 @@ class KVCacheGroup:
     `mamba_cache_mode` None is "none" (one state per request; with
     prefix caching 0.32 caches a state at every block boundary); "align" caches states only
     at block-aligned chunk ends, and the scheduler splits prefill chunks to end there.
+    A "circular_buffer" group is one block per request used as a ring (an indexer's scratch):
+    no prefix cache, nothing skipped.
     `bounded_replay` (sliding windows only, DeepSeek-V4.1 style): the group keeps no prefix
     cache of its own; after a prefix hit the scheduler recomputes the hit's last window to
     rebuild it (`impl.sched.replay`).

@@ -30,7 +30,8 @@ class _Strict(BaseModel):
 
 
 class KVCacheGroupModel(_Strict):
-    type: Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window"]
+    type: Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window",
+                  "circular_buffer"]
     sliding_window: PosInt | None = None
     attention_chunk_size: PosInt | None = None
     mamba_cache_mode: Literal["none", "align"] | None = None

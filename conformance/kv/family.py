@@ -11,7 +11,7 @@ from workloads.model import EngineConfig, KVCacheGroup
 @dataclass(frozen=True, slots=True)
 class GroupShape:
     """One KV-cache group: kind is full | sliding_window | chunked_local | mamba |
-    reference_window.
+    reference_window | circular_buffer.
 
     `mamba_cache_mode` ("none" or "align") applies to mamba groups only; upstream reads it from
     its cache config into the group's MambaSpec, so both must say the same.
@@ -25,7 +25,7 @@ class GroupShape:
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "sliding_window", "chunked_local", "mamba",
-                             "reference_window"):
+                             "reference_window", "circular_buffer"):
             raise ValueError(f"kind: unknown group kind {self.kind!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size: must be >= 1 (got {self.block_size})")
@@ -148,6 +148,10 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("eagle_window_alignment",
              (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
              use_eagle=True),
+    # A circular buffer beside full attention and a window: one ring block per request, out
+    # of the hit search, nothing indexed, freed with the request.
+    KVFamily("full_circular_buffer", (GroupShape("full", 16), GroupShape("circular_buffer", 16),
+                                      GroupShape("sliding_window", 16, 48)), num_blocks=48),
     KVFamily("full_replay_window", (GroupShape("full", 16),
                                     GroupShape("sliding_window", 16, 48, bounded_replay=True),
                                     GroupShape("sliding_window", 16, 48)), num_blocks=48),

@@ -152,6 +152,8 @@ def impl_spec(group: GroupShape) -> Any:
     if group.kind == "sliding_window":
         return specs.SlidingWindowSpec(block_size=group.block_size, sliding_window=group.window,
                                        bounded_replay=group.bounded_replay)
+    if group.kind == "circular_buffer":
+        return specs.CircularBufferSpec(block_size=group.block_size)
     if group.kind == "reference_window":
         return specs.ReferenceWindowSpec(block_size=group.block_size, rswa_window=group.window)
     if group.kind == "chunked_local":

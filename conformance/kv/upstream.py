@@ -125,6 +125,8 @@ def upstream_spec(group: GroupShape) -> Any:
     if group.kind == "sliding_window":
         return k.SlidingWindowSpec(block_size=group.block_size, sliding_window=group.window,
                                    **common)
+    if group.kind == "circular_buffer":
+        return k.CircularBufferSpec(block_size=group.block_size, **common)
     if group.kind == "reference_window":
         return k.RSWASpec(block_size=group.block_size, rswa_window=group.window, **common)
     if group.kind == "chunked_local":

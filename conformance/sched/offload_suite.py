@@ -43,6 +43,8 @@ NOT_OFFLOADED: dict[str, str] = {
     "structured-output-request-metrics": "a metrics option over `structured-output-async`, "
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
+    "hybrid-circular-buffer": "a circular buffer with a connector is not modelled (the "
+                              "workload format refuses it)",
     "hybrid-bounded-replay": "bounded replay with a connector is not modelled (a load that "
                              "carries the window replays nothing; the workload format refuses "
                              "it)",

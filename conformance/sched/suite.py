@@ -161,6 +161,13 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("sliding_window", sliding_window=400,
                                                       bounded_replay=True)))),
+    SuiteEntry("hybrid-circular-buffer", "hybrid full + a circular buffer (an indexer's ring: "
+               "one block per request for its whole life, no prefix cache) under pool "
+               "pressure and shared prefixes",
+               _variant("hybrid-sliding-window", "hybrid-circular-buffer",
+                        "groups full + circular_buffer",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("circular_buffer")))),
     SuiteEntry("eagle-multi-turn", "multi-turn conversations with an EAGLE drafter (3 "
                "tokens): every prefix hit gives up its last block",
                _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",

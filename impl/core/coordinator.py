@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.chunked_local import ChunkedLocalAttentionManager
+from impl.core.circular_buffer import CircularBufferManager
 from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
 from impl.core.hit_search import find_hybrid_hit
@@ -24,6 +25,7 @@ from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.sliding_window import SlidingWindowManager
 from impl.core.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
@@ -40,6 +42,8 @@ PerGroupBlocks = tuple[list[KVCacheBlock], ...]
 
 
 def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
+    if isinstance(spec, CircularBufferSpec):
+        return CircularBufferManager
     if isinstance(spec, SlidingWindowSpec):
         return SlidingWindowManager
     if isinstance(spec, ChunkedLocalAttentionSpec):

@@ -109,6 +109,20 @@ class SlidingWindowSpec(AttentionSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class CircularBufferSpec(AttentionSpec):
+    """One block per request used as a ring (`impl.core.circular_buffer`): `block_size` is its
+    capacity; no prefix cache."""
+
+    @property
+    def type_id(self) -> str:
+        return "circular_buffer"
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkedLocalAttentionSpec(AttentionSpec):
     """Tokens attend only within their chunk of `attention_chunk_size` tokens."""
 
@@ -168,7 +182,8 @@ class MambaSpec:
         return self.state_bytes
 
 
-KVCacheSpec = FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec | MambaSpec
+KVCacheSpec = (FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec
+               | CircularBufferSpec | MambaSpec)
 
 
 @dataclass(frozen=True, slots=True)

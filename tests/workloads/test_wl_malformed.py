@@ -87,6 +87,8 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "eagle_with_mamba.jsonl": (1, "config.kv_cache_groups[1]", "with spec_method 'eagle'"),
     "eagle_with_connector.jsonl": (1, "config.kv_connector", "not modelled yet"),
     "eagle_unknown_method.jsonl": (1, "config.spec_method", "'ngram' or 'eagle'"),
+    "circular_buffer_alone.jsonl": (1, "config.kv_cache_groups", "keeps a prefix cache"),
+    "circular_buffer_with_connector.jsonl": (1, "config.kv_connector", "not modelled yet"),
     "rswa_window_missing.jsonl": (1, "config.kv_cache_groups[1]", "needs 'rswa_window'"),
     "rswa_window_on_full.jsonl": (1, "config.kv_cache_groups[0]", "must not set 'rswa_window'"),
     "second_header.jsonl": (3, "type", "a second header"),

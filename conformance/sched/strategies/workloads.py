@@ -45,12 +45,13 @@ LORAS = (None, None, None, "adapter-a", "adapter-b", "adapter-c")
 """LoRA adapters: their names key the block hashes and KV events; `max_loras` (drawn per
 workload, 0 = no limit) makes admission skip a request whose adapter would exceed it."""
 LAYOUTS = ("full", "full", "window", "chunked", "mamba", "window+mamba", "window+chunked",
-           "window-alone", "reference", "reference-alone", "replay", "window+replay")
+           "window-alone", "reference", "reference-alone", "replay", "window+replay", "ring")
 """KV layouts by the groups they add to full attention ("full" twice: the common case);
 "window-alone" is a model whose every layer slides (one sliding-window group, no full one);
 "reference" adds a reference sliding window (the prompt kept, the output windowed) and
 "reference-alone" is a model of those layers only; "replay" adds a sliding window with
-bounded replay (DeepSeek-V4.1: no prefix cache of its own, a hit's last window recomputed)."""
+bounded replay (DeepSeek-V4.1: no prefix cache of its own, a hit's last window recomputed);
+"ring" a circular buffer (one block per request, no prefix cache)."""
 
 
 def _window(draw: Any, block_size: int) -> KVCacheGroup:
@@ -88,6 +89,8 @@ def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
         groups.append(_window(draw, block_size))
     if "replay" in layout:
         groups.append(_replayed_window(draw, block_size))
+    if layout == "ring":
+        groups.append(KVCacheGroup("circular_buffer"))
     if "chunked" in layout:
         chunk = draw(st.sampled_from((2 * block_size, 4 * block_size)), label="chunk")
         groups.append(KVCacheGroup("chunked_local", attention_chunk_size=chunk))
