@@ -43,6 +43,10 @@ NOT_OFFLOADED: dict[str, str] = {
     "structured-output-request-metrics": "a metrics option over `structured-output-async`, "
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
+    "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
+                        "it)",
+    "eagle-multimodal": "EAGLE with a connector is not modelled",
+    "eagle-hybrid-sliding-window": "EAGLE with a connector is not modelled",
     "hybrid-circular-buffer": "a circular buffer with a connector is not modelled (the "
                               "workload format refuses it)",
     "hybrid-bounded-replay": "bounded replay with a connector is not modelled (a load that "
