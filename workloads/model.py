@@ -188,6 +188,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int = 2048
     long_prefill_token_threshold: int = 0
+    # The threshold floored at a fair share of the budget (budget / queued and running).
+    long_prefill_token_threshold_adaptive: bool = False
     enable_chunked_prefill: bool = True
     policy: Policy = "fcfs"
     enable_prefix_caching: bool = True
@@ -252,6 +254,8 @@ class EngineConfig:
             **({"per_request_spec_decode_metrics": self.per_request_spec_decode_metrics}
                if self.per_request_spec_decode_metrics != "none" else {}),
             **({"spec_method": self.spec_method} if self.spec_method != "ngram" else {}),
+            **({"long_prefill_token_threshold_adaptive": True}
+               if self.long_prefill_token_threshold_adaptive else {}),
         }
 
 

@@ -134,6 +134,7 @@ class EngineConfigModel(_Strict):
     max_num_batched_tokens: PosInt = 2048
     max_model_len: PosInt = 2048
     long_prefill_token_threshold: NonNegInt = 0
+    long_prefill_token_threshold_adaptive: bool = False
     enable_chunked_prefill: bool = True
     policy: Literal["fcfs", "priority", "continuum"] = "fcfs"
     enable_prefix_caching: bool = True

@@ -103,6 +103,12 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         enable_prefix_caching=False)),
     SuiteEntry("long-context", "chunked prefill with a long-prefill threshold",
                _bundled("long-context")),
+    SuiteEntry("long-context-adaptive", "chunked prefill with an adaptive long-prefill "
+               "threshold: a 64-token cap floored at the 256-token budget's fair share among "
+               "the queued and running requests (two or three of them get 128 or 85)",
+               _variant("long-context", "long-context-adaptive", "threshold 64, adaptive",
+                        long_prefill_token_threshold=64,
+                        long_prefill_token_threshold_adaptive=True)),
     SuiteEntry("long-context-no-threshold", "chunked prefill without a threshold",
                _variant("long-context", "long-context-no-threshold", "no prefill threshold",
                         long_prefill_token_threshold=0)),

@@ -35,11 +35,18 @@ class Admission(SchedulerUpdates, AdmissionRules):
     def _prefill_threshold(self) -> int:
         """The per-request chunk cap, which only matters when requests compete: a request alone
         in the scheduler may use the whole budget. Every queued request counts, even one held
-        back by a pause or a session waiting for input (upstream counts its queues)."""
+        back by a pause or a session waiting for input (upstream counts its queues). Adaptive
+        (`long_prefill_token_threshold_adaptive`): never below a fair share of the budget, the
+        batched-token budget divided among those requests."""
         running, waiting = self.get_request_counts()
-        if running + waiting > 1:
-            return self.scheduler_config.long_prefill_token_threshold
-        return 0
+        num_requests = running + waiting
+        config = self.scheduler_config
+        threshold = config.long_prefill_token_threshold
+        if num_requests <= 1 or threshold == 0:
+            return 0
+        if config.long_prefill_token_threshold_adaptive:
+            return max(threshold, config.max_num_batched_tokens // num_requests)
+        return threshold
 
     def _admit_waiting(self, plan: StepPlan, hold_prefill: bool) -> None:
         """Admit waiting (and preempted) requests while budget, seats and blocks last; stop at

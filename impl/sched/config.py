@@ -16,6 +16,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     max_model_len: int
     long_prefill_token_threshold: int = 0  # 0: no cap on one request's chunk
+    # The cap floored at a fair share of the budget (max_num_batched_tokens / requests).
+    long_prefill_token_threshold_adaptive: bool = False
     enable_chunked_prefill: bool = True
     policy: str = "fcfs"  # fcfs | priority | continuum
     num_spec_tokens: int = 0  # 0: no speculative decoding

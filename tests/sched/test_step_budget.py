@@ -71,3 +71,17 @@ def test_taking_back_a_victim_returns_its_tokens_drafts_and_encoder_budget() -> 
     assert (plan.token_budget, plan.encoder_budget) == (100, 50)
     assert plan.scheduled_running == [] and plan.num_scheduled == {}
     assert plan.spec_tokens == {} and plan.encoder_inputs == {}
+
+
+def test_an_adaptive_threshold_is_floored_at_the_budgets_fair_share() -> None:
+    """Threshold 16, budget 96, two long prompts: each gets 96 // 2 = 48 tokens with the
+    adaptive floor (upstream's long_prefill_token_threshold_adaptive), 16 without."""
+    from tests.sched.helpers import make_request, make_scheduler, scheduled, step
+
+    for adaptive, chunk in ((False, 16), (True, 48)):
+        s = make_scheduler(max_num_batched_tokens=96, long_prefill_token_threshold=16,
+                           long_prefill_token_threshold_adaptive=adaptive)
+        s.add_request(make_request("a", range(100, 300)))
+        s.add_request(make_request("b", range(400, 600)))
+        out, _ = step(s)
+        assert scheduled(out) == {"a": chunk, "b": chunk}

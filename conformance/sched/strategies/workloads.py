@@ -135,6 +135,8 @@ def engine_configs(draw: Any) -> EngineConfig:
     # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
     # engine core (both releases).
     data_parallel = interval > 1 and draw(st.booleans(), label="data_parallel")
+    threshold = draw(st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)),
+                     label="threshold")
     return EngineConfig(
         block_size=block_size,
         num_blocks=draw(st.integers(min_blocks, min_blocks + 40), label="num_blocks"),
@@ -144,8 +146,10 @@ def engine_configs(draw: Any) -> EngineConfig:
         # Not below 1 + num_spec_tokens with spec decode: vLLM 0.32 asserts when a padded
         # decode (1 + k tokens) is then cut by the threshold (scheduler.py, pad_spec_decode;
         # pinned by conformance/tests/test_upstream_bugs.py, which fails once upstream is fixed).
-        long_prefill_token_threshold=draw(
-            st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)), label="threshold"),
+        long_prefill_token_threshold=threshold,
+        # Floored at the budget's fair share among the requests (upstream's opt-in).
+        long_prefill_token_threshold_adaptive=bool(threshold) and draw(
+            st.booleans(), label="adaptive threshold"),
         enable_chunked_prefill=chunked,
         policy=draw(st.sampled_from(("fcfs", "priority")), label="policy"),
         enable_prefix_caching=draw(st.booleans(), label="prefix_caching"),

@@ -51,6 +51,8 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("SchedulerConfig", "prefill_schedule_interval", "prefill_schedule_interval",
          lambda _config: 1),
+    Knob("SchedulerConfig", "long_prefill_token_threshold_adaptive",
+         "long_prefill_token_threshold_adaptive", lambda _config: False),
     Knob("CacheConfig", "mamba_cache_mode", "kv_cache_groups[].mamba_cache_mode",
          lambda _config: "none"),
     Knob("KVCacheConfig", "hash_block_size", "hash_block_size",

@@ -68,6 +68,7 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_num_seqs=config.max_num_seqs,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=config.long_prefill_token_threshold_adaptive,
         enable_chunked_prefill=config.enable_chunked_prefill,
         policy=config.policy,
         async_scheduling=config.async_scheduling,
