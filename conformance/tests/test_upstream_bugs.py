@@ -139,3 +139,16 @@ def test_an_aborted_pull_that_never_lands_holds_its_blocks_forever_46283() -> No
     state = stall.right_state
     assert state.waiting == ("starved",) and not state.running
     assert state.blocks.active == 6  # the aborted request's blocks, still held
+
+
+def test_two_connector_resets_between_steps_crash_the_offloading_connector() -> None:
+    """Found by the offloading family: a second `reset_prefix_cache(reset_connector=True)`
+    before the next step, with a store in flight, trips the assertion in upstream's
+    `reset_cache` (the first reset queued the job for flushing). The family draws resets at
+    distinct steps; this test fails the day upstream stops asserting."""
+    workload = load(str(BUGS / "offloading-double-reset-assert.jsonl"))
+    steps = [c.step for c in workload.controls]
+    assert len(steps) == 2 and steps[0] == steps[1]
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is not None and "upstream" in result.error
+    assert "AssertionError" in result.error and "reset_cache" in (result.error_detail or "")

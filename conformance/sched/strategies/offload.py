@@ -118,6 +118,9 @@ def draw_connector_resets(draw: Any, workload: Workload) -> tuple[ControlSpec, .
     requests arrive and run (refused while blocks are in use; the connector's reset happens
     either way)."""
     last = max((r.arrival_step for r in workload.requests), default=0) + 20
-    steps = draw(st.lists(st.integers(0, last), max_size=2), label="connector resets")
+    # At distinct steps: two resets between the same steps crash upstream's
+    # OffloadingConnector (conformance/upstream_bugs/offloading-double-reset-assert.jsonl).
+    steps = draw(st.lists(st.integers(0, last), max_size=2, unique=True),
+                 label="connector resets")
     return tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
                  for step in steps)
