@@ -111,7 +111,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)
-                if not hit_worth_replaying(num_computed, self.prefix_replay_tokens):
+                if self.prefix_replay_tokens and not hit_worth_replaying(
+                        num_computed, self.prefix_replay_tokens):
                     hits, num_hit, num_computed = kv.empty_blocks(), 0, 0
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
