@@ -14,6 +14,7 @@ from pathlib import Path
 from workloads.closed_loop import connector_config, continuum_config, resolve_arrivals
 from workloads.controls import ControlSpec, check_controls
 from workloads.eagle import eagle_lookahead
+from workloads.encoder_decoder import check_encoder_decoder_config, check_encoder_items
 from workloads.errors import WorkloadError
 from workloads.grammar import GrammarSpec, check_grammar
 from workloads.located import Located
@@ -95,6 +96,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
                    "group only (hybrid exchanges clip their block lists; not modelled yet)")
     check_uncached_groups(model, fail)
+    check_encoder_decoder_config(model, fail)
     modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}
     if len(modes) > 1:
         raise fail("kv_cache_groups", "mamba groups must share one mamba_cache_mode (upstream "
@@ -128,7 +130,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         kv_connector=connector_config(model.kv_connector, len(groups), model.block_size, fail),
         multimodal=None if model.multimodal is None else MultimodalConfig(
             model.multimodal.max_num_encoder_input_tokens, model.multimodal.encoder_cache_size,
-            model.multimodal.disable_chunked_mm_input),
+            model.multimodal.disable_chunked_mm_input, model.multimodal.max_tokens_per_item),
         log_stats=model.log_stats,
         runner=model.runner,
         data_parallel=model.data_parallel,
@@ -245,7 +247,10 @@ def _request(
     if mm_items and rec.after is not None:
         raise fail("mm_items", "a request that continues another ('after') cannot carry "
                    "multimodal items yet: its prompt is only known at run time")
-    check_items(mm_items, prompt_len, config.multimodal, fail)
+    if config.is_encoder_decoder:
+        check_encoder_items(mm_items, config.multimodal, fail)
+    else:
+        check_items(mm_items, prompt_len, config.multimodal, fail)
     stream = tuple(StreamChunk(c.arrival_step, tuple(c.prompt_token_ids), c.max_tokens)
                    for c in rec.stream)
     for index, chunk in enumerate(stream):

@@ -20,7 +20,7 @@ from workloads.streaming import StreamChunk
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
 SpecMethod = Literal["ngram", "eagle"]
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window",
-                           "circular_buffer"]
+                           "circular_buffer", "cross_attention"]
 MambaCacheMode = Literal["none", "align"]
 Policy = Literal["fcfs", "priority", "continuum"]
 Estimator = Literal["fixed", "learned"]
@@ -43,6 +43,8 @@ class KVCacheGroup:
     at block-aligned chunk ends, and the scheduler splits prefill chunks to end there.
     A "circular_buffer" group is one block per request used as a ring (an indexer's scratch):
     no prefix cache, nothing skipped.
+    A "cross_attention" group makes the model an encoder-decoder model (Whisper): the decoder's
+    cross-attention KV, sized by the encoder's output (`workloads.encoder_decoder`).
     `bounded_replay` (sliding windows only, DeepSeek-V4.1 style): the group keeps no prefix
     cache of its own; after a prefix hit the scheduler recomputes the hit's last window to
     rebuild it (`impl.sched.replay`).
@@ -220,6 +222,11 @@ class EngineConfig:
     @property
     def effective_hash_block_size(self) -> int:
         return self.block_size if self.hash_block_size is None else self.hash_block_size
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """A cross-attention group: an encoder-decoder model (`workloads.encoder_decoder`)."""
+        return any(g.type == "cross_attention" for g in self.kv_cache_groups)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -57,16 +57,47 @@ class MultimodalConfig:
     """The encoder's limits. `max_num_encoder_input_tokens`: embeddings the encoder may compute
     in one step (vLLM's encoder compute budget); `encoder_cache_size`: embeddings the encoder
     cache holds; `disable_chunked_mm_input`: a step never covers part of an item's
-    placeholders (the chunk stops before the item instead)."""
+    placeholders (the chunk stops before the item instead). `max_tokens_per_item`: the
+    model's largest item, which vLLM reads from the model's multimodal registry; the engine
+    raises the budget and the cache to it (`effective_budget`, `effective_cache_size`), and
+    refuses to start when chunks may not split items and it exceeds a step's token budget
+    (None: the budget and cache are the engine's as given)."""
 
     max_num_encoder_input_tokens: int = 2048
     encoder_cache_size: int = 2048
     disable_chunked_mm_input: bool = False
+    max_tokens_per_item: int | None = None
+
+    @property
+    def effective_budget(self) -> int:
+        """The encoder's per-step budget the engine runs with (raised to the largest item)."""
+        return max(self.max_num_encoder_input_tokens, self.max_tokens_per_item or 0)
+
+    @property
+    def effective_cache_size(self) -> int:
+        """The encoder cache's size the engine runs with (raised to the largest item)."""
+        return max(self.encoder_cache_size, self.max_tokens_per_item or 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_num_encoder_input_tokens": self.max_num_encoder_input_tokens,
                 "encoder_cache_size": self.encoder_cache_size,
-                "disable_chunked_mm_input": self.disable_chunked_mm_input}
+                "disable_chunked_mm_input": self.disable_chunked_mm_input,
+                **({"max_tokens_per_item": self.max_tokens_per_item}
+                   if self.max_tokens_per_item is not None else {})}
+
+
+def check_item_size(item: MultimodalItem, where: str, config: MultimodalConfig,
+                    fail: Callable[[str, str], WorkloadError]) -> None:
+    """An item no larger than the model's largest and than the encoder's budget and cache
+    (past those the encoder could never run it: vLLM's input processor refuses it)."""
+    largest = config.max_tokens_per_item
+    if largest is not None and item.length > largest:
+        raise fail(where, f"{item.length} tokens exceed config.multimodal.max_tokens_per_item "
+                   f"{largest} (the model's largest item)")
+    limit = min(config.effective_budget, config.effective_cache_size)
+    if item.num_embeds > limit:
+        raise fail(where, f"{item.num_embeds} embeddings exceed config.multimodal's "
+                   f"budget/cache of {limit}: the encoder could never run it")
 
 
 def check_items(items: Sequence[MultimodalItem], prompt_len: int,
@@ -95,8 +126,5 @@ def check_items(items: Sequence[MultimodalItem], prompt_len: int,
                            f"length {item.length}")
             if not any(item.is_embed):
                 raise fail(f"{where}.is_embed", "marks no placeholder as an embedding")
-        limit = min(config.max_num_encoder_input_tokens, config.encoder_cache_size)
-        if item.num_embeds > limit:
-            raise fail(f"{where}", f"{item.num_embeds} embeddings exceed config.multimodal's "
-                       f"budget/cache of {limit}: the encoder could never run it")
+        check_item_size(item, where, config, fail)
         previous_end = item.end

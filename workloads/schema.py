@@ -31,7 +31,7 @@ class _Strict(BaseModel):
 
 class KVCacheGroupModel(_Strict):
     type: Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window",
-                  "circular_buffer"]
+                  "circular_buffer", "cross_attention"]
     sliding_window: PosInt | None = None
     attention_chunk_size: PosInt | None = None
     mamba_cache_mode: Literal["none", "align"] | None = None
@@ -116,6 +116,7 @@ class MultimodalModel(_Strict):
     max_num_encoder_input_tokens: PosInt = 2048
     encoder_cache_size: PosInt = 2048
     disable_chunked_mm_input: bool = False
+    max_tokens_per_item: PosInt | None = None
 
 
 class MultimodalItemModel(_Strict):

@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from conformance.campaign.cluster import worker_env
 from conformance.coverage.baseline import BASELINE, check, load_baseline, make_baseline
 from conformance.coverage.features import Feature, load_features
 from conformance.coverage.summary import focus_table, render_page, summarize
@@ -33,6 +34,7 @@ FAMILY_TESTS: tuple[str, ...] = (
     "conformance/tests/test_continuum_fork.py",
     "conformance/tests/test_offload_suite.py",
     "conformance/tests/test_offloading_manager.py",
+    "conformance/tests/test_request_queue_differential.py",
 )
 """The generated families measured after the gate (the default run)."""
 
@@ -49,17 +51,22 @@ def installed_version() -> str:
 def write_rcfile(path: Path, data_file: Path, sources: Sequence[str]) -> None:
     """coverage.py's settings for the run: branches, one data file per process, upstream's
     package directories as sources (never module names: see the package docstring), data
-    saved on SIGTERM too (a worker stopped by the harness)."""
+    saved on SIGTERM too (a worker stopped by the harness), abstract methods excluded."""
     lines = ["[run]", "branch = True", "parallel = True", "sigterm = True",
              f"data_file = {data_file.resolve()}", "source ="] + [f"    {s}" for s in sources]
+    # Abstract methods are interface declarations, never run: excluded as coverage.py's docs
+    # recommend (a decorator line excludes its whole function).
+    lines += ["[report]", "exclude_also =", "    @(abc\\.)?abstractmethod"]
     write_text(path, "\n".join(lines) + "\n")
 
 
 def measured(label: str, argv: Sequence[str], rcfile: Path) -> int:
+    """Run `argv` under coverage.py with the oracle's environment (PYTHONHASHSEED 0 unless set:
+    xxhash workloads compare hashes, so the numbers must not depend on the caller's shell)."""
     started = time.monotonic()
     print(f"vtwin coverage: {label} ...", file=sys.stderr, flush=True)
     code = subprocess.run([sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}",
-                           *argv], check=False, env=os.environ.copy()).returncode
+                           *argv], check=False, env={**worker_env(), **os.environ}).returncode
     print(f"vtwin coverage: {label}: exit {code} in {time.monotonic() - started:.0f}s",
           file=sys.stderr, flush=True)
     return code
@@ -177,7 +184,7 @@ def run_release(release: str, out: Path, features: tuple[Feature, ...]) -> int:
     gate = subprocess.run(
         [sys.executable, "-m", "conformance.cli", "gate", "--against", spec.text, "--report",
          str(run_dir / "gate")], check=False,
-        env={**os.environ, WORKER_COVERAGE_ENV: str(rcfile.resolve())}).returncode
+        env={**worker_env(), **os.environ, WORKER_COVERAGE_ENV: str(rcfile.resolve())}).returncode
     print(f"vtwin coverage: gate against {spec.text}: exit {gate} in "
           f"{time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     report(run_dir, rcfile, root, features, release, "gate", python)

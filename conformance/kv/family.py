@@ -11,7 +11,7 @@ from workloads.model import EngineConfig, KVCacheGroup
 @dataclass(frozen=True, slots=True)
 class GroupShape:
     """One KV-cache group: kind is full | sliding_window | chunked_local | mamba |
-    reference_window | circular_buffer.
+    reference_window | circular_buffer | cross_attention.
 
     `mamba_cache_mode` ("none" or "align") applies to mamba groups only; upstream reads it from
     its cache config into the group's MambaSpec, so both must say the same.
@@ -25,7 +25,7 @@ class GroupShape:
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "sliding_window", "chunked_local", "mamba",
-                             "reference_window", "circular_buffer"):
+                             "reference_window", "circular_buffer", "cross_attention"):
             raise ValueError(f"kind: unknown group kind {self.kind!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size: must be >= 1 (got {self.block_size})")
@@ -58,6 +58,11 @@ class KVFamily:
         if self.use_eagle and self.retention_interval is not None:
             raise ValueError(f"{self.name}: use_eagle with a retention interval is not "
                              "modelled")
+
+    @property
+    def has_cross_attention(self) -> bool:
+        """An encoder-decoder model: admissions also write the encoder's output."""
+        return any(g.kind == "cross_attention" for g in self.groups)
 
     @property
     def scheduler_block_size(self) -> int:
@@ -152,6 +157,13 @@ FAMILIES: tuple[KVFamily, ...] = (
     # of the hit search, nothing indexed, freed with the request.
     KVFamily("full_circular_buffer", (GroupShape("full", 16), GroupShape("circular_buffer", 16),
                                       GroupShape("sliding_window", 16, 48)), num_blocks=48),
+    # An encoder-decoder model (Whisper): cross-attention blocks sized by the encoder's output
+    # at admission (0 to 100 tokens drawn), beside full attention and a window; no prefix cache.
+    KVFamily("full_cross_attention", (GroupShape("full", 16), GroupShape("cross_attention", 16)),
+             num_blocks=40, enable_caching=False),
+    KVFamily("window_cross_attention", (GroupShape("sliding_window", 16, 32),
+                                        GroupShape("cross_attention", 16)),
+             num_blocks=40, enable_caching=False),
     KVFamily("full_replay_window", (GroupShape("full", 16),
                                     GroupShape("sliding_window", 16, 48, bounded_replay=True),
                                     GroupShape("sliding_window", 16, 48)), num_blocks=48),

@@ -109,10 +109,14 @@ class KVLockstepMachine(RuleBasedStateMachine):
         request = self._pick(data, running=False)
         hit = self.both("get_computed_blocks", request.request_id)
         num_new = min(chunk, request.num_tokens - hit.num_tokens)
+        # An encoder-decoder model writes the encoder's output when the request starts.
+        encoder = data.draw(st.integers(0, 100), label="encoder tokens") if (
+            self.family.has_cross_attention) else 0
         note(f"admit {request.request_id}: hit {hit.num_tokens}, new {num_new}, "
-             f"lookahead {lookahead}, full_sequence_must_fit {must_fit}, delay_cache {delay}")
+             f"lookahead {lookahead}, full_sequence_must_fit {must_fit}, delay_cache {delay}, "
+             f"encoder tokens {encoder}")
         result = self.both("allocate_slots", request.request_id, num_new, lookahead, True,
-                           must_fit, delay)
+                           must_fit, delay, encoder)
         if result is not None:
             request.num_computed = hit.num_tokens + num_new
             request.running = True

@@ -39,7 +39,8 @@ class KVSystem(Protocol):
     def get_computed_blocks(self, request_id: str) -> Hit: ...
     def allocate_slots(self, request_id: str, num_new_tokens: int, num_lookahead: int,
                        use_hit: bool, full_sequence_must_fit: bool = False,
-                       delay_cache_blocks: bool = False) -> BlockIds | None: ...
+                       delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0) -> BlockIds | None: ...
     def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None: ...
     def set_num_computed_tokens(self, request_id: str, value: int) -> None: ...
     def append_token(self, request_id: str, token: int) -> None: ...
@@ -93,13 +94,14 @@ class ImplKV:
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, num_lookahead: int,
                        use_hit: bool, full_sequence_must_fit: bool = False,
-                       delay_cache_blocks: bool = False) -> BlockIds | None:
+                       delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0) -> BlockIds | None:
         request = self.requests[request_id]
         blocks, num = self.hits.pop(request_id) if use_hit else (None, 0)
         result = self.manager.allocate_slots(
             request, num_new_tokens, num, blocks, num_lookahead_tokens=num_lookahead,
             full_sequence_must_fit=full_sequence_must_fit,
-            delay_cache_blocks=delay_cache_blocks)
+            delay_cache_blocks=delay_cache_blocks, num_encoder_tokens=num_encoder_tokens)
         return None if result is None else _ids(result.blocks)
 
     def set_num_computed_tokens(self, request_id: str, value: int) -> None:
@@ -154,6 +156,8 @@ def impl_spec(group: GroupShape) -> Any:
                                        bounded_replay=group.bounded_replay)
     if group.kind == "circular_buffer":
         return specs.CircularBufferSpec(block_size=group.block_size)
+    if group.kind == "cross_attention":
+        return specs.CrossAttentionSpec(block_size=group.block_size)
     if group.kind == "reference_window":
         return specs.ReferenceWindowSpec(block_size=group.block_size, rswa_window=group.window)
     if group.kind == "chunked_local":

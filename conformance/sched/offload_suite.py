@@ -47,6 +47,9 @@ NOT_OFFLOADED: dict[str, str] = {
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",
     "eagle-hybrid-sliding-window": "EAGLE with a connector is not modelled",
+    "encoder-decoder": "upstream supports no KV connector for encoder-decoder models (it "
+                       "asserts; the workload format refuses one)",
+    "encoder-decoder-window": "upstream supports no KV connector for encoder-decoder models",
     "hybrid-circular-buffer": "a circular buffer with a connector is not modelled (the "
                               "workload format refuses it)",
     "hybrid-bounded-replay": "bounded replay with a connector is not modelled (a load that "

@@ -28,6 +28,7 @@ from vtwin.errors import UserError
 from workloads import AbortSpec, KVCacheGroup, Workload, dump, dumps, list_workloads, load, loads
 from workloads.controls import ControlSpec
 from workloads.generators import generate
+from workloads.multimodal import MultimodalConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +212,23 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "embeddings counted in the scheduler output",
                _variant("multimodal", "multimodal-iteration-details",
                         "per-iteration details logged", log_iteration_details=True)),
+    SuiteEntry("encoder-decoder", "Whisper-style encoder-decoder: audio encoded on the first "
+               "step into cross-attention blocks, the encoder budget admitting a burst a few at a "
+               "time, preemptions that encode again, upstream's growing encoder room",
+               _bundled("encoder-decoder")),
+    SuiteEntry("encoder-decoder-window", "encoder-decoder with a sliding-window decoder under "
+               "the priority policy", _bundled("encoder-decoder-window")),
+    SuiteEntry("multimodal-largest-item", "multimodal with the model's largest item (160 "
+               "tokens) named: the engine raises the encoder budget of 120 to it at start-up, "
+               "so the final burst's two images are encoded in one step",
+               _variant("multimodal", "multimodal-largest-item", "largest item 160 tokens",
+                        multimodal=MultimodalConfig(120, 200, False, 160))),
+    SuiteEntry("multimodal-unsplittable-item", "multimodal-unchunked whose model's largest item "
+               "(120 tokens) exceeds a step's 100: chunks may not split it, so the engine "
+               "refuses to start (both systems refuse alike)",
+               _variant("multimodal-unchunked", "multimodal-unsplittable-item",
+                        "largest item 120 tokens, unsplittable",
+                        multimodal=MultimodalConfig(120, 200, True, 120))),
     SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
                "before an item they cannot cover)", _bundled("multimodal-unchunked")),
     SuiteEntry("streaming-sessions", "streaming-input sessions: turns, parts queued or awaited "

@@ -101,6 +101,17 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
                          log_stats=config.log_stats)
 
 
+def _encoder_counts(scheduler: Any) -> EncoderCacheCounts:
+    """The encoder cache's room and entries; an encoder-decoder model's cache has room only,
+    and the identifiers the worker is still owed (as upstream's adapter reads them)."""
+    cache = scheduler.encoder_cache
+    if scheduler.is_encoder_decoder:
+        return EncoderCacheCounts(cache.num_free_slots, cache.num_free_slots,
+                                  tuple(sorted({*cache.allocated, *cache.to_free})))
+    return EncoderCacheCounts(cache.num_free_slots, cache.num_freeable_slots,
+                              tuple(sorted(cache.cached)))
+
+
 def encoder_settings(config: EngineConfig) -> dict[str, Any]:
     """The twin's encoder budget, cache size and chunking rule (none: a text-only model)."""
     mm = config.multimodal
@@ -108,7 +119,8 @@ def encoder_settings(config: EngineConfig) -> dict[str, Any]:
         return {}
     return {"max_num_encoder_input_tokens": mm.max_num_encoder_input_tokens,
             "encoder_cache_size": mm.encoder_cache_size,
-            "disable_chunked_mm_input": mm.disable_chunked_mm_input}
+            "disable_chunked_mm_input": mm.disable_chunked_mm_input,
+            "mm_max_tokens_per_item": mm.max_tokens_per_item}
 
 
 def continuum_settings(config: EngineConfig) -> Any:
@@ -314,9 +326,7 @@ class ImplSystem:
             pinned=() if s.continuum is None else tuple(
                 p.request.request_id for p in s.continuum.pins),
             cpu_blocks=None if cpu is None else BlockCounts(*cpu),
-            encoder_cache=None if self.config.multimodal is None else EncoderCacheCounts(
-                s.encoder_cache.num_free_slots, s.encoder_cache.num_freeable_slots,
-                tuple(sorted(s.encoder_cache.cached))),
+            encoder_cache=None if self.config.multimodal is None else _encoder_counts(s),
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, note, settings  # noqa: E402
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.sched.strategies.controls import control_workloads  # noqa: E402
+from conformance.sched.strategies.encoder_decoder import encoder_decoder_workloads  # noqa: E402
 from conformance.sched.strategies.grammar import grammar_workloads  # noqa: E402
 from conformance.sched.strategies.multimodal import multimodal_workloads  # noqa: E402
 from conformance.sched.strategies.pooling import pooling_workloads  # noqa: E402
@@ -58,6 +59,15 @@ _MUTATION_ONLY = pytest.mark.skipif(
 @given(multimodal_workloads())
 def test_generated_multimodal_corpus_matches_upstream(workload: Workload) -> None:
     """Multimodal items (`strategies.multimodal`): the killer of the encoder's mutants."""
+    _assert_exact(workload)
+
+
+@_MUTATION_ONLY
+@settings(derandomize=True, database=None, max_examples=60, phases=[Phase.generate],
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(encoder_decoder_workloads())
+def test_generated_encoder_decoder_corpus_matches_upstream(workload: Workload) -> None:
+    """Encoder-decoder models (`strategies.encoder_decoder`): the killer of their mutants."""
     _assert_exact(workload)
 
 

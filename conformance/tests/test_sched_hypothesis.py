@@ -23,6 +23,7 @@ from hypothesis import given, note, target
 from conformance.sched.activity import Activity
 from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.sched.strategies.controls import control_workloads
+from conformance.sched.strategies.encoder_decoder import encoder_decoder_workloads
 from conformance.sched.strategies.grammar import grammar_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads, offloading_workloads
@@ -33,7 +34,7 @@ from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
 from conformance.tests.reference import Pair
 from vtwin.errors import UserError
-from workloads import dumps
+from workloads import dumps, loads
 from workloads.model import Workload
 
 pytestmark = pytest.mark.oracle
@@ -92,6 +93,16 @@ def test_generated_multimodal_workloads_match_upstream_exactly(pair: Pair,
     _steered_exact(pair, workload, lambda a: {
         "encoded items": a.encoded_items, "encoder evictions": a.encoder_evictions,
         "preemptions": a.preemptions})
+
+
+@given(encoder_decoder_workloads())
+def test_generated_encoder_decoder_workloads_match_upstream_exactly(
+        pair: Pair, workload: Workload) -> None:
+    """Encoder-decoder models (`strategies.encoder_decoder`): the format accepts every drawn
+    workload; steered toward encoded inputs and preemptions (which encode again)."""
+    loads(dumps(workload), source=workload.name)
+    _steered_exact(pair, workload, lambda a: {
+        "encoded items": a.encoded_items, "preemptions": a.preemptions})
 
 
 @given(control_workloads())

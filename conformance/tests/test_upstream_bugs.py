@@ -152,3 +152,34 @@ def test_two_connector_resets_between_steps_crash_the_offloading_connector() -> 
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
     assert result.error is not None and "upstream" in result.error
     assert "AssertionError" in result.error and "reset_cache" in (result.error_detail or "")
+
+
+def test_an_encoder_decoder_models_encoder_room_grows_past_its_size(tmp_path: Path) -> None:
+    """An encoder-decoder model (Whisper) gives its request's encoder room back every time it
+    frees the input, and frees it after every step once the request has computed a token (and
+    again when it is preempted or finishes): upstream's `num_free_slots` grows without bound,
+    so after a few decode steps the encoder cache's size bounds nothing and two utterances of
+    150 encoder tokens are encoded in one step into a cache of 200. The twin reproduces it
+    (`impl.sched.encoder_decoder_cache`); this test fails the day upstream stops doing it."""
+    import json
+
+    workload = load(str(BUGS / "encoder-decoder-room-grows.jsonl"))
+    size = workload.config.multimodal.encoder_cache_size  # type: ignore[union-attr]
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          trace_dir=tmp_path)
+    assert result.error is None and result.divergence_at("exact") is None
+    upstream_trace = next(tmp_path.glob("*.right-*"))
+    items = {r.request_id: r.mm_items for r in workload.requests}
+    encoded_in_one_step = []
+    room = []
+    for line in upstream_trace.read_text().splitlines():
+        record = json.loads(line)
+        after = record.get("after")
+        if not after:
+            continue
+        encoded = after.get("encoder_inputs") or {}
+        encoded_in_one_step.append(sum(items[rid][i].num_embeds for rid, ids in encoded.items()
+                                       for i in ids))
+        room.append(after["encoder_cache"]["free"])
+    assert max(room) > size
+    assert max(encoded_in_one_step) == 300 > size

@@ -15,6 +15,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.chunked_local import ChunkedLocalAttentionManager
 from impl.core.circular_buffer import CircularBufferManager
+from impl.core.cross_attention import CrossAttentionManager
 from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
 from impl.core.hit_search import find_hybrid_hit
@@ -26,6 +27,7 @@ from impl.core.sliding_window import SlidingWindowManager
 from impl.core.specs import (
     ChunkedLocalAttentionSpec,
     CircularBufferSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
@@ -44,6 +46,8 @@ PerGroupBlocks = tuple[list[KVCacheBlock], ...]
 def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
     if isinstance(spec, CircularBufferSpec):
         return CircularBufferManager
+    if isinstance(spec, CrossAttentionSpec):
+        return CrossAttentionManager
     if isinstance(spec, SlidingWindowSpec):
         return SlidingWindowManager
     if isinstance(spec, ChunkedLocalAttentionSpec):
@@ -55,6 +59,17 @@ def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
     if isinstance(spec, FullAttentionSpec):
         return FullAttentionManager
     raise ValueError(f"kv_cache_spec: unsupported spec type {type(spec).__name__}")
+
+
+def _tokens_for(manager: SingleTypeKVCacheManager, num_tokens: int, num_tokens_main: int | None,
+                num_encoder_tokens: int) -> int:
+    """The tokens a group needs slots for: the encoder's for cross-attention, the decoder's
+    without lookahead for types that take none, the decoder's otherwise."""
+    if manager.sized_by_encoder:
+        return num_encoder_tokens
+    if manager.ignores_lookahead and num_tokens_main is not None:
+        return num_tokens_main
+    return num_tokens
 
 
 class KVCacheCoordinator:
@@ -91,15 +106,14 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
         total_computed_tokens: int, apply_admission_cap: bool = False,
-        num_tokens_main: int | None = None,
+        num_tokens_main: int | None = None, num_encoder_tokens: int = 0,
     ) -> int:
         """`num_tokens_main`: the tokens without lookahead slots, for the groups that take
-        none (`ignores_lookahead`); None: the same as `num_tokens`."""
+        none (`ignores_lookahead`); None: the same as `num_tokens`. `num_encoder_tokens`: the
+        encoder outputs this step writes, for cross-attention groups (`sized_by_encoder`)."""
         return sum(
             manager.get_num_blocks_to_allocate(
-                request_id,
-                num_tokens_main if manager.ignores_lookahead and num_tokens_main is not None
-                else num_tokens,
+                request_id, _tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens),
                 new_computed_blocks[index], total_computed_tokens, apply_admission_cap,
             )
             for index, manager in enumerate(self.managers)
@@ -127,12 +141,11 @@ class KVCacheCoordinator:
             )
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
-                            num_tokens_main: int | None = None) -> PerGroupBlocks:
+                            num_tokens_main: int | None = None,
+                            num_encoder_tokens: int = 0) -> PerGroupBlocks:
         return tuple(
             manager.allocate_new_blocks(
-                request_id,
-                num_tokens_main if manager.ignores_lookahead and num_tokens_main is not None
-                else num_tokens)
+                request_id, _tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens))
             for manager in self.managers)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:

@@ -163,6 +163,7 @@ class KVCacheManager:
         delay_cache_blocks: bool = False,
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
+        num_encoder_tokens: int = 0,
     ) -> KVCacheBlocks | None:
         """Slots for `num_new_tokens` (+ lookahead) more tokens; None if the pool is too small.
 
@@ -170,7 +171,8 @@ class KVCacheManager:
         out of reach (an asynchronous load must leave in-flight prefills what they still need).
         Tokens a connector supplies (`num_external_computed_tokens`) get fresh blocks once
         every group took its local hits; `delay_cache_blocks` leaves them unhashed until
-        they have arrived.
+        they have arrived. `num_encoder_tokens`: the encoder outputs this step writes (an
+        encoder-decoder model's cross-attention groups are sized by them).
         """
         single = self._single_full
         if (single is not None and new_computed_blocks is None
@@ -194,7 +196,7 @@ class KVCacheManager:
             # continues must fit beside them.
             num_full = coordinator.get_num_blocks_to_allocate(
                 request.request_id, min(request.num_tokens, self.max_model_len), computed,
-                total_computed, apply_admission_cap=True,
+                total_computed, apply_admission_cap=True, num_encoder_tokens=num_encoder_tokens,
             )
             if num_full > self.block_pool.get_num_free_blocks():
                 return None
@@ -205,7 +207,7 @@ class KVCacheManager:
             request.num_prompt_tokens)
         num_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slot, computed, total_computed,
-            num_tokens_main=num_tokens_main,
+            num_tokens_main=num_tokens_main, num_encoder_tokens=num_encoder_tokens,
         )
         if num_to_allocate > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
@@ -215,7 +217,7 @@ class KVCacheManager:
                 coordinator.allocate_external_computed_blocks(
                     request.request_id, num_local_computed, num_external_computed_tokens)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
-                                                     num_tokens_main)
+                                                     num_tokens_main, num_encoder_tokens)
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(num_tokens_main, request.num_tokens))
         return KVCacheBlocks(new_blocks)

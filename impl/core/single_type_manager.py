@@ -30,6 +30,9 @@ class SingleTypeKVCacheManager:
     #: Whether this type gets no slots for a drafter's lookahead tokens (mamba 'align': drafters
     #: have no state layers, and slots past the scheduled tokens would break the alignment).
     ignores_lookahead: ClassVar[bool] = False
+    #: Whether this type is sized by the encoder's tokens, not the decoder's (cross-attention
+    #: of an encoder-decoder model, `impl.core.cross_attention`).
+    sized_by_encoder: ClassVar[bool] = False
 
     def __init__(
         self,

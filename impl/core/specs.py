@@ -123,6 +123,21 @@ class CircularBufferSpec(AttentionSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class CrossAttentionSpec(AttentionSpec):
+    """The decoder's cross-attention layers of an encoder-decoder model (Whisper): keys and
+    values of the encoder's output, one slot per encoder embedding (`impl.core.cross_attention`);
+    no prefix cache."""
+
+    @property
+    def type_id(self) -> str:
+        return "cross_attention"
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkedLocalAttentionSpec(AttentionSpec):
     """Tokens attend only within their chunk of `attention_chunk_size` tokens."""
 
@@ -183,7 +198,7 @@ class MambaSpec:
 
 
 KVCacheSpec = (FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec
-               | CircularBufferSpec | MambaSpec)
+               | CircularBufferSpec | CrossAttentionSpec | MambaSpec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,7 +155,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
             # Replayed tokens already have their (hit) slots: only those past the hit need any.
             blocks = kv.allocate_slots(request, max(num_new - num_replay, 0), num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
-                                       full_sequence_must_fit=config.scheduler_reserve_full_isl)
+                                       full_sequence_must_fit=config.scheduler_reserve_full_isl,
+                                       num_encoder_tokens=self.encoder_tokens(plan, request))
             if blocks is None:
                 if request.mm_features:  # the references its encoder choice took go back
                     self.encoder_cache.free(request)

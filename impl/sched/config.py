@@ -52,6 +52,9 @@ class SchedulerConfig:
     max_num_encoder_input_tokens: int = 0
     encoder_cache_size: int = 0
     disable_chunked_mm_input: bool = False
+    # The model's largest multimodal item, from its registry: the engine raises the budget and
+    # cache to it (`impl.sched.encoder_budget`); None: the two sizes are used as given.
+    mm_max_tokens_per_item: int | None = None
     # Tokens a step samples after a request's input: 1, or 0 for a pooling model (its requests
     # end with pooled output, so a prompt may fill the whole context).
     num_sampled_tokens_per_step: int = 1

@@ -18,6 +18,10 @@ items are chosen for the chunk plus that token, and a chunk stopped before an it
 token earlier too. 0.32 also keeps that margin when a chunk is cut for budget or room and when
 references are dropped; 0.33 does neither (`Behaviour.encoder_budget_cut_without_lookahead`).
 
+An encoder-decoder model (Whisper, `encoder_decoder_cache`) encodes its request's input on the
+first step, whatever the chunk covers, and never again once the request has computed a token;
+the step's encoder outputs size the request's cross-attention blocks (`encoder_tokens`).
+
 Decisions are taken before the KV allocation, and their side effects on the cache (references
 taken, entries evicted) stay even when the allocation then fails, as upstream's do; budget and
 room are only consumed once the request is actually scheduled (`commit_encoder_inputs`).
@@ -42,6 +46,8 @@ class EncoderInputs(SchedulerState):
         `num_computed`, and how far the chunk may go (see the module's docstring)."""
         if num_new == 0 or not request.mm_features:
             return [], num_new, budget, []
+        if self.is_encoder_decoder and num_computed > 0:
+            return [], num_new, budget, []  # the encoder ran on the request's first step
         features = request.mm_features
         cache = self.encoder_cache
         to_encode: list[int] = []
@@ -132,6 +138,14 @@ class EncoderInputs(SchedulerState):
         for index in shared:
             cache.check_and_update_cache(request, index)
 
+    def encoder_tokens(self, plan: StepPlan, request: Request) -> int:
+        """Encoder outputs `request` (being placed) writes this step: what an encoder-decoder
+        model's cross-attention groups need slots for (0 for any other model)."""
+        features = request.mm_features
+        if not self.is_encoder_decoder or not features:
+            return 0  # (the plan's pending choice belongs to the last request with items)
+        return sum(features[i].num_embeds for i in plan.pending_encoder[0])
+
     def _encoder_input_stats(self, encoder_inputs: dict[str, list[int]]) -> tuple[int, int]:
         """(encoder inputs, their embeddings) a step schedules, for the per-iteration log."""
         requests = self.requests
@@ -145,6 +159,11 @@ class EncoderInputs(SchedulerState):
         cache = self.encoder_cache
         held = cache.cached_input_ids(request)
         if not held:
+            return
+        if self.is_encoder_decoder:
+            if request.num_computed_tokens > 0:  # the cross-attention KV holds the output
+                for index in list(held):
+                    cache.free_encoder_input(request, index)
             return
         done = request.num_computed_tokens - request.num_output_placeholders
         if not self.behaviour.encoder_budget_cut_without_lookahead:

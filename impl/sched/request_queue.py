@@ -2,7 +2,10 @@
 
 FCFS keeps arrival order and lets a preempted request jump back to the front. Priority orders
 by (priority, arrival time, request id): lower values first; "prepending" there cannot jump the
-order, so it is an ordinary insertion.
+order, so it is an ordinary insertion. Both have upstream's whole queue interface (also what
+the scheduler never calls, for plugins): peeking or popping an empty queue raises IndexError,
+removing a request that is not queued raises ValueError
+(`conformance/tests/test_request_queue_differential.py` holds them to upstream's).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ class RequestQueue(Protocol):
     def pop_request(self) -> Request: ...
     def peek_request(self) -> Request: ...
     def prepend_request(self, request: Request) -> None: ...
+    def prepend_requests(self, requests: Iterable[Request]) -> None: ...
+    def remove_request(self, request: Request) -> None: ...
     def remove_requests(self, requests: Iterable[Request]) -> None: ...
     def __bool__(self) -> bool: ...
     def __len__(self) -> int: ...
@@ -45,6 +50,14 @@ class FCFSRequestQueue:
 
     def prepend_request(self, request: Request) -> None:
         self._queue.appendleft(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        """Put `requests` in front, one at a time: they end up in reverse order."""
+        self._queue.extendleft(requests)
+
+    def remove_request(self, request: Request) -> None:
+        """Remove `request` (ValueError when it is not queued)."""
+        self._queue.remove(request)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         doomed = set(map(id, requests))
@@ -74,6 +87,8 @@ class PriorityRequestQueue:
                                     request.request_id, self._counter, request))
 
     def pop_request(self) -> Request:
+        if not self._heap:
+            raise IndexError("pop from an empty queue")
         return heapq.heappop(self._heap)[-1]
 
     def peek_request(self) -> Request:
@@ -83,6 +98,21 @@ class PriorityRequestQueue:
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        """Insert each of `requests`: a priority queue has no front to jump to."""
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        """Remove `request` (ValueError when it is not queued)."""
+        for index, entry in enumerate(self._heap):
+            if entry[-1] is request:
+                self._heap[index] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                return
+        raise ValueError("request is not in the queue")
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         doomed = set(map(id, requests))

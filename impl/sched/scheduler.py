@@ -18,7 +18,13 @@ from impl.sched.admission import Admission
 from impl.sched.config import SchedulerConfig, check_eagle, check_mamba_caching
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
+from impl.sched.encoder_budget import compute_mm_encoder_budget
 from impl.sched.encoder_cache import EncoderCacheManager
+from impl.sched.encoder_decoder_cache import (
+    EncoderDecoderCacheManager,
+    check_encoder_decoder,
+    is_encoder_decoder,
+)
 from impl.sched.make_output import make_output
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import (
@@ -59,6 +65,7 @@ class Scheduler(Admission):
         self.log_stats = log_stats
         check_mamba_caching(scheduler_config, kv_cache_config)
         check_eagle(scheduler_config, kv_cache_config)
+        check_encoder_decoder(scheduler_config, kv_cache_config)
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config, scheduler_config.max_model_len,
             hash_block_size=scheduler_config.effective_hash_block_size,
@@ -68,8 +75,12 @@ class Scheduler(Admission):
             use_eagle=scheduler_config.use_eagle_block_drop,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
-        self.max_num_encoder_input_tokens = scheduler_config.max_num_encoder_input_tokens
-        self.encoder_cache = EncoderCacheManager(scheduler_config.encoder_cache_size)
+        encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)
+        self.max_num_encoder_input_tokens = encoder_budget
+        # An encoder-decoder model (`encoder_decoder_cache`) encodes once, on the first step.
+        self.is_encoder_decoder = is_encoder_decoder(kv_cache_config)
+        self.encoder_cache = (EncoderDecoderCacheManager if self.is_encoder_decoder
+                              else EncoderCacheManager)(encoder_cache_size)
         self.encoder_cache_mismatch_reqs: set[str] = set()
         self.grammar_compile_error_reqs: set[str] = set()  # `structured_output`
         self.pause_state = PauseState.UNPAUSED  # `impl.sched.pause`

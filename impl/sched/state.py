@@ -15,7 +15,7 @@ instead of importing the `Scheduler` that imports them.
 | configuration         | scheduler_config, behaviour, policy, continuum                     |
 | KV cache              | kv_cache_manager                                                   |
 | encoder (multimodal)  | encoder_cache, max_num_encoder_input_tokens,                       |
-|                       | encoder_cache_mismatch_reqs                                        |
+|                       | encoder_cache_mismatch_reqs, is_encoder_decoder                    |
 | connector paths       | has_connector, defer_block_free, processed_step_seq,               |
 |                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
 | counters              | num_preemptions, spec_decoding_stats (of the last update)           |
@@ -62,6 +62,7 @@ class SchedulerState:
     encoder_cache: EncoderCacheManager
     max_num_encoder_input_tokens: int
     encoder_cache_mismatch_reqs: set[str]
+    is_encoder_decoder: bool
     has_connector: bool
     defer_block_free: bool
     processed_step_seq: int

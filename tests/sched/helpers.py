@@ -41,6 +41,12 @@ def step(scheduler: Scheduler, token: Callable[[str], list[int]] = lambda _: [7]
          ) -> tuple[SchedulerOutput, list[EngineCoreOutput]]:
     """Schedule, then return a token for every request whose input is complete."""
     output = scheduler.schedule()
+    return output, finish(scheduler, output, token)
+
+
+def finish(scheduler: Scheduler, output: SchedulerOutput,
+           token: Callable[[str], list[int]] = lambda _: [7]) -> list[EngineCoreOutput]:
+    """Run a scheduled step: a token for every request whose input is complete."""
     req_ids = list(output.num_scheduled_tokens)
     sampled = []
     for req_id in req_ids:
@@ -50,7 +56,7 @@ def step(scheduler: Scheduler, token: Callable[[str], list[int]] = lambda _: [7]
     runner_output = ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
     results = scheduler.update_from_output(output, runner_output)
     scheduler.kv_cache_manager.check_integrity()
-    return output, results
+    return results
 
 
 def scheduled(output: SchedulerOutput) -> dict[str, int]:

@@ -219,3 +219,22 @@ def test_iteration_details_count_the_scheduled_inputs_and_their_embeddings() -> 
         assert out.scheduled_encoder_input_stats == expected, config
         out, _ = step(s)
         assert out.scheduled_encoder_input_stats is None  # a decode step encodes nothing
+
+
+def test_the_engine_raises_budget_and_cache_to_the_models_largest_item() -> None:
+    s = mm_scheduler(budget=64, cache=100, mm_max_tokens_per_item=80)
+    assert s.max_num_encoder_input_tokens == 80 and s.encoder_cache.cache_size == 100
+    s = mm_scheduler(budget=64, cache=60, mm_max_tokens_per_item=70)
+    assert (s.max_num_encoder_input_tokens, s.encoder_cache.num_free_slots) == (70, 70)
+    s = mm_scheduler(budget=64, cache=128)
+    assert (s.max_num_encoder_input_tokens, s.encoder_cache.cache_size) == (64, 128)
+
+
+def test_an_unsplittable_largest_item_longer_than_a_step_is_refused_at_start() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="max_num_batched_tokens: 256 is below the model's "
+                       "largest multimodal item"):
+        mm_scheduler(mm_max_tokens_per_item=257, disable_chunked_mm_input=True)
+    mm_scheduler(mm_max_tokens_per_item=256, disable_chunked_mm_input=True)
+    mm_scheduler(mm_max_tokens_per_item=257)  # chunks may split it: fine

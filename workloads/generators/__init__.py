@@ -19,6 +19,7 @@ from workloads.generators import (
     bursty,
     controls,
     decode_heavy,
+    encoder_decoder,
     hybrid,
     long_context,
     multimodal,
@@ -75,6 +76,9 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
                    multimodal.unchunked),
             Family(pd.FAMILY, pd.SUMMARY, pd.generate),
             Family(pd.RECOMPUTE_FAMILY, pd.RECOMPUTE_SUMMARY, pd.recompute),
+            Family(encoder_decoder.FAMILY, encoder_decoder.SUMMARY, encoder_decoder.generate),
+            Family(encoder_decoder.WINDOW_FAMILY, encoder_decoder.WINDOW_SUMMARY,
+                   encoder_decoder.window),
         )
     }
 )

@@ -23,10 +23,35 @@ def give_encoder(scheduler: Any, config: EngineConfig) -> None:
     mm = config.multimodal
     if mm is None:
         return
-    from vllm.v1.core.encoder_cache_manager import EncoderCacheManager
+    from vllm.v1.core.encoder_cache_manager import (
+        EncoderCacheManager,
+        EncoderDecoderCacheManager,
+    )
 
-    scheduler.max_num_encoder_input_tokens = mm.max_num_encoder_input_tokens
-    scheduler.encoder_cache_manager = EncoderCacheManager(cache_size=mm.encoder_cache_size)
+    budget, cache_size = encoder_sizes(scheduler.scheduler_config, config)
+    scheduler.max_num_encoder_input_tokens = budget
+    if config.is_encoder_decoder:
+        # An encoder-decoder model (Whisper): upstream reads the flag from the model config.
+        scheduler.is_encoder_decoder = True
+        scheduler.encoder_cache_manager = EncoderDecoderCacheManager(cache_size=cache_size)
+        return
+    scheduler.encoder_cache_manager = EncoderCacheManager(cache_size=cache_size)
+
+
+def encoder_sizes(scheduler_config: Any, config: EngineConfig) -> tuple[int, int]:
+    """The encoder's budget and cache size: the workload's, or, when it names the model's
+    largest item, what upstream's `compute_mm_encoder_budget` makes of them (it may refuse)."""
+    mm = config.multimodal
+    assert mm is not None
+    if mm.max_tokens_per_item is None:
+        return mm.max_num_encoder_input_tokens, mm.encoder_cache_size
+    from vllm.v1.core.encoder_cache_manager import compute_mm_encoder_budget
+
+    scheduler_config.max_num_encoder_input_tokens = mm.max_num_encoder_input_tokens
+    scheduler_config.encoder_cache_size = mm.encoder_cache_size
+    budget, cache_size = compute_mm_encoder_budget(
+        scheduler_config, {"image": mm.max_tokens_per_item})
+    return int(budget), int(cache_size)
 
 
 def mm_features(request: RequestSpec) -> list[Any] | None:
@@ -65,6 +90,9 @@ def encoder_counts(scheduler: Any, config: EngineConfig) -> EncoderCacheCounts |
     if config.multimodal is None:
         return None
     cache = scheduler.encoder_cache_manager
+    if config.is_encoder_decoder:  # room only; the identifiers the worker is still owed
+        return EncoderCacheCounts(cache.num_free_slots, cache.num_free_slots,
+                                  tuple(sorted({*cache.allocated, *cache.to_free})))
     return EncoderCacheCounts(cache.num_free_slots, cache.num_freeable_slots,
                               tuple(sorted(cache.cached)))
 
