@@ -7,8 +7,10 @@ output tokens (an utterance's frames), not decoder prompt tokens, so it may be l
 prompt. The encoder runs on the request's first step; `config.multimodal` sizes its budget
 and room.
 
-What upstream refuses or the twin does not model is refused in one line naming the field:
-prefix caching (cross-attention has no prefix cache; upstream turns it off for these models),
+What upstream refuses, turns off or the twin does not model is refused in one line naming the
+field: prefix caching (cross-attention has no prefix cache; upstream turns it off for these
+models), chunked prefill and a long-prefill threshold (upstream turns them off and sets
+`disable_chunked_mm_input`: a prompt and its encoder input are scheduled whole),
 a KV connector (upstream asserts), speculative decoding, two cross-attention groups (one
 encoder), decoder groups other than full attention and sliding windows, embedding masks.
 """
@@ -54,6 +56,17 @@ def check_encoder_decoder_config(model: EngineConfigModel,
     if model.multimodal is None:
         raise fail("multimodal", "a cross_attention group needs config.multimodal (the "
                    "encoder's budget and cache size)")
+    # What upstream's engine sets for these models whatever the user asked (SchedulerConfig):
+    # a prompt is scheduled whole, and so is the encoder's input.
+    why = "upstream turns it off for encoder-decoder models"
+    if model.enable_chunked_prefill:
+        raise fail("enable_chunked_prefill", f"must be false with a cross_attention group: {why}")
+    if model.long_prefill_token_threshold or model.long_prefill_token_threshold_adaptive:
+        raise fail("long_prefill_token_threshold", f"must be 0 with a cross_attention group: "
+                   f"{why}")
+    if not model.multimodal.disable_chunked_mm_input:
+        raise fail("multimodal.disable_chunked_mm_input", "must be true with a cross_attention "
+                   "group: upstream sets it for encoder-decoder models")
 
 
 def check_encoder_items(items: Sequence[MultimodalItem], config: MultimodalConfig | None,

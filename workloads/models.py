@@ -27,7 +27,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from impl.plan import PlanOptions
-from impl.plan.layers import LayerSpec, ModelSpec, attention_layer_name, mamba_layer_name
+from impl.plan.layers import (
+    LayerSpec,
+    ModelSpec,
+    attention_layer_name,
+    cross_attention_layer_name,
+    mamba_layer_name,
+)
 from impl.plan.planner import plan_groups
 from vtwin.errors import UserError
 from workloads.errors import WorkloadError, from_validation_error
@@ -45,7 +51,7 @@ class _Strict(BaseModel):
 
 
 class LayerModel(_Strict):
-    type: Literal["full", "sliding_window", "chunked_local", "mamba"]
+    type: Literal["full", "sliding_window", "chunked_local", "mamba", "cross_attention"]
     num_kv_heads: PosInt | None = None
     head_size: PosInt | None = None
     sliding_window: PosInt | None = None
@@ -85,7 +91,8 @@ def _layer(data: dict[str, Any], index: int, model_dtype: str, path: str,
     except ValidationError as err:
         raise _relocated(from_validation_error(err, source, 0, path), source) from None
     kind = rec.type
-    name = mamba_layer_name(index) if kind == "mamba" else attention_layer_name(index)
+    name = (mamba_layer_name(index) if kind == "mamba" else cross_attention_layer_name(index)
+            if kind == "cross_attention" else attention_layer_name(index))
     try:
         return LayerSpec(
             name=name, kind=kind, num_kv_heads=rec.num_kv_heads or 0,

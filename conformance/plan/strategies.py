@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from impl.plan import LayerSpec, ModelSpec, PlanError, PlanOptions
 from impl.plan.block_sizes import layer_specs
-from impl.plan.layers import attention_layer_name, mamba_layer_name
+from impl.plan.layers import attention_layer_name, cross_attention_layer_name, mamba_layer_name
 from impl.plan.options import LAYOUTS
 from impl.plan.planner import group_layers
 from impl.plan.sizing import bytes_per_block, request_bytes
@@ -27,7 +27,8 @@ STATE_DTYPES = ("bfloat16", "float16", "float32")
 @st.composite
 def layer_kinds(draw: st.DrawFn) -> dict[str, Any]:
     """One kind of layer, as LayerSpec keyword arguments (no name)."""
-    kind = draw(st.sampled_from(("full", "full", "sliding_window", "chunked_local", "mamba")))
+    kind = draw(st.sampled_from(("full", "full", "sliding_window", "chunked_local", "mamba",
+                                 "cross_attention")))
     if kind == "mamba":
         shapes = draw(st.lists(st.lists(st.integers(1, 4096), min_size=1, max_size=3)
                                .map(tuple), min_size=1, max_size=3))
@@ -56,7 +57,8 @@ def models(draw: st.DrawFn) -> ModelSpec:
         kind = dict(kinds[pick])
         if vary_heads and kind["kind"] != "mamba":
             kind["num_kv_heads"] = draw(st.sampled_from((1, 2, 4, 8)))
-        name = (mamba_layer_name if kind["kind"] == "mamba" else attention_layer_name)(index)
+        name = (mamba_layer_name if kind["kind"] == "mamba" else cross_attention_layer_name
+                if kind["kind"] == "cross_attention" else attention_layer_name)(index)
         layers.append(LayerSpec(name=name, **kind))
     return ModelSpec("random", tuple(layers), draw(st.sampled_from(("bfloat16", "float16"))))
 

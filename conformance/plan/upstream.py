@@ -156,6 +156,8 @@ def _layer_spec(layer: LayerSpec, vllm_config: Any, backend: type) -> Any:
         return k.ChunkedLocalAttentionSpec(block_size=cache.block_size,
                                            attention_chunk_size=layer.attention_chunk_size,
                                            **common)
+    if layer.kind == "cross_attention":
+        return k.CrossAttentionSpec(block_size=cache.block_size, **common)
     return k.FullAttentionSpec(block_size=cache.block_size, **common)
 
 
@@ -187,7 +189,8 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
                 "mamba_cache_mode": spec.mamba_cache_mode,
                 "page_size_bytes": spec.page_size_bytes,
                 "page_size_padded": spec.page_size_padded}
-    kind = ("sliding_window" if isinstance(spec, k.SlidingWindowSpec) else
+    kind = ("cross_attention" if isinstance(spec, k.CrossAttentionSpec) else
+            "sliding_window" if isinstance(spec, k.SlidingWindowSpec) else
             "chunked_local" if isinstance(spec, k.ChunkedLocalAttentionSpec) else
             "full" if isinstance(spec, k.FullAttentionSpec) else type(spec).__name__)
     return {"type": kind, "block_size": spec.block_size, "num_kv_heads": spec.num_kv_heads,

@@ -47,6 +47,8 @@ NOT_OFFLOADED: dict[str, str] = {
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",
     "eagle-hybrid-sliding-window": "EAGLE with a connector is not modelled",
+    "multimodal-unsplittable-item": "both systems refuse the config at start-up: nothing runs "
+                                    "to offload",
     "encoder-decoder": "upstream supports no KV connector for encoder-decoder models (it "
                        "asserts; the workload format refuses one)",
     "encoder-decoder-window": "upstream supports no KV connector for encoder-decoder models",

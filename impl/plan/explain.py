@@ -18,6 +18,8 @@ def kind_label(spec: LayerKV) -> str:
             return f"sliding_window({spec.sliding_window})"
         if spec.kind == "chunked_local":
             return f"chunked_local({spec.attention_chunk_size})"
+        if spec.kind == "cross_attention":
+            return "cross_attention"
         local = spec.sliding_window or spec.attention_chunk_size
         return "full" if local is None else f"full (promoted local {local})"
     return "mamba"

@@ -91,7 +91,7 @@ def promote_local_layers(specs: dict[str, LayerKV]) -> dict[str, LayerKV]:
     promoted = dict(specs)
     if "full" in kinds and kinds & {"sliding_window", "chunked_local"}:
         for name, spec in specs.items():
-            if isinstance(spec, AttentionKV) and spec.kind != "full":
+            if isinstance(spec, AttentionKV) and spec.kind in ("sliding_window", "chunked_local"):
                 block = next(iter(full_blocks)) if len(full_blocks) == 1 else spec.block_size
                 padded = spec.page_size_padded
                 if padded is not None:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from impl.plan.layers import DTYPE_BYTES
 
-AttentionKind = Literal["full", "sliding_window", "chunked_local"]
+AttentionKind = Literal["full", "sliding_window", "chunked_local", "cross_attention"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -61,12 +61,18 @@ class AttentionKV:
             return ("sliding_window", self.sliding_window or 0)
         if self.kind == "chunked_local":
             return ("chunked_local", self.attention_chunk_size or 0)
+        if self.kind == "cross_attention":
+            return ("cross_attention", 0)
         return ("full", 0)
 
-    def blocks_per_request(self, max_model_len: int, max_in_flight: int) -> int:
+    def blocks_per_request(self, max_model_len: int, max_in_flight: int,
+                           max_encoder_tokens: int = 0) -> int:
         """The most blocks one request can hold: every token for full attention; for a window,
         the last `window - 1` settled tokens plus those in flight, plus one because the window
-        seldom starts on a block boundary; for a chunk, one chunk plus those in flight."""
+        seldom starts on a block boundary; for a chunk, one chunk plus those in flight; for
+        cross-attention, the encoder's output (at most what it takes in a step)."""
+        if self.kind == "cross_attention":
+            return cdiv(max_encoder_tokens, self.block_size)
         if self.kind == "sliding_window":
             window = self.sliding_window or 0
             return cdiv(min(window - 1 + max_in_flight, max_model_len), self.block_size) + 1
@@ -125,8 +131,9 @@ class MambaKV:
     def type_key(self) -> tuple[str, int]:
         return ("mamba", self.page_size_bytes)
 
-    def blocks_per_request(self, max_model_len: int, max_in_flight: int) -> int:
-        del max_model_len, max_in_flight  # a state does not grow with the sequence
+    def blocks_per_request(self, max_model_len: int, max_in_flight: int,
+                           max_encoder_tokens: int = 0) -> int:
+        del max_model_len, max_in_flight, max_encoder_tokens  # a state does not grow
         return 2 if self.mamba_cache_mode == "align" else 1
 
     def axes(self) -> tuple[int, int, int]:

@@ -1,8 +1,10 @@
 """A model as the KV-cache planner sees it: an ordered list of layers and what each one keeps.
 
 Attention layers keep K and V for some tokens (all of them, the last `sliding_window`, or the
-current `attention_chunk_size` chunk); mamba layers keep one recurrent state per request, whose
-size comes from its state tensors and not from a token count. Layer names follow upstream's
+current `attention_chunk_size` chunk; a decoder's cross-attention layer in an encoder-decoder
+model keeps the encoder's output, as many tokens as the encoder takes in a step); mamba layers
+keep one recurrent state per request, whose size comes from its state tensors and not from a
+token count. Layer names follow upstream's
 module names (`model.layers.{i}.self_attn.attn`, `model.layers.{i}.mixer`), because groups are
 lists of names and the differential tests compare them name for name.
 """
@@ -14,8 +16,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-LayerKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
-LAYER_KINDS: tuple[LayerKind, ...] = ("full", "sliding_window", "chunked_local", "mamba")
+LayerKind = Literal["full", "sliding_window", "chunked_local", "mamba", "cross_attention"]
+LAYER_KINDS: tuple[LayerKind, ...] = ("full", "sliding_window", "chunked_local", "mamba",
+                                      "cross_attention")
 
 # Bytes per element of every dtype a layer may store (KV-cache or state dtypes).
 DTYPE_BYTES: MappingProxyType[str, int] = MappingProxyType({
@@ -30,6 +33,10 @@ def _require(condition: bool, field: str, problem: str) -> None:
 
 def attention_layer_name(index: int) -> str:
     return f"model.layers.{index}.self_attn.attn"
+
+
+def cross_attention_layer_name(index: int) -> str:
+    return f"model.layers.{index}.encoder_attn.attn"
 
 
 def mamba_layer_name(index: int) -> str:

@@ -81,6 +81,12 @@ class PlanOptions:
         return DEFAULT_BLOCK_SIZE if self.block_size is None else self.block_size
 
     @property
+    def max_num_encoder_input_tokens(self) -> int:
+        """The encoder's tokens per step, what a cross-attention layer keeps per request: the
+        engine sets it to the step's token budget."""
+        return self.max_num_batched_tokens
+
+    @property
     def max_in_flight_tokens(self) -> int:
         """Tokens scheduled but not yet settled: one batch per concurrent step (async
         scheduling overlaps two). Window and chunk groups keep their blocks that long."""

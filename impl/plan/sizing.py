@@ -55,7 +55,8 @@ def check_layout(layout: Layout, groups: Sequence[PlannedGroup]) -> None:
 def request_blocks(group: PlannedGroup, options: PlanOptions) -> int:
     """Blocks one request of `max_model_len` holds at most in this group."""
     specs = group.layer_specs if group.uniform_type else (group.spec,)
-    return max(spec.blocks_per_request(options.max_model_len, options.max_in_flight_tokens)
+    return max(spec.blocks_per_request(options.max_model_len, options.max_in_flight_tokens,
+                                       options.max_num_encoder_input_tokens)
                for spec in specs)
 
 

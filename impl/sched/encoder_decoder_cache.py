@@ -36,9 +36,10 @@ def is_encoder_decoder(kv_cache_config: KVCacheConfig) -> bool:
 
 def check_encoder_decoder(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
     """An encoder-decoder model as far as upstream and the twin run it, refused otherwise with
-    one line: prefix caching off (cross-attention has no prefix cache; upstream turns it off
-    for these models), no KV connector (upstream refuses one), no speculative decoding (not
-    modelled), an encoder budget and cache to run the encoder with."""
+    one line: prefix caching, chunked prefill and the long-prefill threshold off (upstream's
+    engine turns them off for these models; cross-attention has no prefix cache), no KV
+    connector (upstream refuses one), no speculative decoding (not modelled), an encoder
+    budget and cache to run the encoder with."""
     if not is_encoder_decoder(kv_cache_config):
         return
     for field_name, value, why in (
@@ -47,7 +48,11 @@ def check_encoder_decoder(config: SchedulerConfig, kv_cache_config: KVCacheConfi
             ("kv_connector", config.kv_connector is not None,
              "upstream supports no KV connector for encoder-decoder models"),
             ("num_spec_tokens", config.num_spec_tokens > 0,
-             "speculative decoding of encoder-decoder models is not modelled")):
+             "speculative decoding of encoder-decoder models is not modelled"),
+            ("enable_chunked_prefill", config.enable_chunked_prefill,
+             "upstream turns chunked prefill off for these models"),
+            ("long_prefill_token_threshold", config.long_prefill_token_threshold > 0,
+             "upstream turns it off for these models")):
         if value:
             raise ValueError(f"{field_name}: must be off for an encoder-decoder model "
                              f"(a cross-attention group): {why}")

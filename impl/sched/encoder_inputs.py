@@ -20,7 +20,9 @@ references are dropped; 0.33 does neither (`Behaviour.encoder_budget_cut_without
 
 An encoder-decoder model (Whisper, `encoder_decoder_cache`) encodes its request's input on the
 first step, whatever the chunk covers, and never again once the request has computed a token;
-the step's encoder outputs size the request's cross-attention blocks (`encoder_tokens`).
+the step's encoder outputs size the request's cross-attention blocks (`encoder_tokens`). Its
+input counts encoder tokens, not prompt tokens, so `disable_chunked_mm_input` (which upstream
+sets for these models) never cuts its chunk.
 
 Decisions are taken before the KV allocation, and their side effects on the cache (references
 taken, entries evicted) stay even when the allocation then fails, as upstream's do; budget and
@@ -60,7 +62,7 @@ class EncoderInputs(SchedulerState):
         for index in range(lo, hi):
             feature = features[index]
             start = feature.offset
-            if (self.scheduler_config.disable_chunked_mm_input
+            if (self.scheduler_config.disable_chunked_mm_input and not self.is_encoder_decoder
                     and self._before_item(num_computed, start)
                     and num_computed + num_new < feature.end):
                 num_new = max(0, start - (num_computed + shift))  # stop before the item

@@ -189,3 +189,29 @@ def test_bad_layers_name_the_field() -> None:
         LayerSpec("x", "mamba", state_shapes=((4,),))
     with pytest.raises(ValueError, match="^layers: a model needs at least one layer"):
         ModelSpec("x", ())
+
+
+def test_cross_attention_layers_group_apart_and_hold_a_steps_encoder_output() -> None:
+    """A Whisper-style decoder: each layer a self-attention and a cross-attention. They group
+    by type; a request's cross-attention blocks cover what the encoder takes in a step (the
+    engine sets it to the step's token budget), whatever `max_model_len` is."""
+    from impl.plan.layers import cross_attention_layer_name
+
+    layers = []
+    for i in range(4):
+        layers.append(attn(2 * i))
+        layers.append(LayerSpec(cross_attention_layer_name(2 * i + 1), "cross_attention", 8, 128))
+    model = ModelSpec("whisper-like", tuple(layers))
+    options = PlanOptions(max_model_len=448, max_num_batched_tokens=1000)
+    plan = plan_kv_cache(model, GIB, options)
+    kinds = [group["spec"]["type"] for group in plan_to_dict(plan)["groups"]]
+    assert kinds == ["full", "cross_attention"]
+    page = 16 * 8 * 128 * 2 * 2  # 16 tokens of K and V, 8 heads of 128, bfloat16
+    assert plan.bytes_per_block == 4 * page
+    # 28 blocks of the prompt's 448 tokens, 63 of the encoder's 1000 (the longest that fits
+    # ignores the cross-attention share, which does not grow with the request).
+    with pytest.raises(PlanError, match="needs 23855104 bytes .* the longest that fits is 432"):
+        plan_kv_cache(model, (28 + 63) * 4 * page, options)
+    assert plan_kv_cache(model, (28 + 63 + 1) * 4 * page, options).num_blocks == 92
+    with pytest.raises(PlanError, match="failed to promote"):
+        plan_kv_cache(model, GIB, PlanOptions(disable_hybrid_kv_cache_manager=True))

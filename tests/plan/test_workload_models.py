@@ -73,3 +73,18 @@ def test_bad_model_configs_are_one_line(config: dict[str, Any], message: str) ->
     with pytest.raises(WorkloadError) as err:
         loads(text(**config))
     assert str(err.value).startswith(message)
+
+
+def test_an_encoder_decoder_model_plans_a_cross_attention_group() -> None:
+    """Whisper's decoder: its plan gives full and cross-attention groups, and the workload
+    then has to be an encoder-decoder one (prefix caching off and the rest)."""
+    settings = {"model": "whisper-large-v3", "max_model_len": 448, "num_blocks": 400,
+                "max_num_batched_tokens": 2048, "enable_prefix_caching": False,
+                "enable_chunked_prefill": False,
+                "multimodal": {"max_num_encoder_input_tokens": 1500, "encoder_cache_size": 1500,
+                               "disable_chunked_mm_input": True}}
+    config = loads(text(**settings)).config
+    assert config.kv_cache_groups == (KVCacheGroup("full"), KVCacheGroup("cross_attention"))
+    assert config.is_encoder_decoder
+    with pytest.raises(WorkloadError, match="config.enable_prefix_caching"):
+        loads(text(**{**settings, "enable_prefix_caching": True}))

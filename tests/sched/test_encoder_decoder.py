@@ -24,8 +24,9 @@ from vtwin.errors import IntegrityError
 def ed_scheduler(num_blocks: int = 160, budget: int = 200, cache: int = 200,
                  **config: object) -> Scheduler:
     settings: dict[str, object] = {
-        "max_num_seqs": 4, "max_num_batched_tokens": 64, "max_model_len": 256,
-        "block_size": 4, "enable_prefix_caching": False,
+        "max_num_seqs": 4, "max_num_batched_tokens": 256, "max_model_len": 256,
+        "block_size": 4, "enable_prefix_caching": False, "enable_chunked_prefill": False,
+        "disable_chunked_mm_input": True,
         "max_num_encoder_input_tokens": budget, "encoder_cache_size": cache}
     settings.update(config)
     groups = (KVCacheGroupSpec(("self",), FullAttentionSpec(block_size=4)),
@@ -128,10 +129,12 @@ def test_a_failed_allocation_gives_back_room_it_never_took() -> None:
     assert scheduled(out) == {} and s.encoder_cache.num_free_slots == 350
 
 
-def test_the_model_refuses_prefix_caching_and_needs_an_encoder() -> None:
+def test_the_model_refuses_prefix_caching_and_chunked_prefill_and_needs_an_encoder() -> None:
     with pytest.raises(ValueError, match="enable_prefix_caching: must be off for an "
                        "encoder-decoder model"):
         ed_scheduler(enable_prefix_caching=True)
+    with pytest.raises(ValueError, match="enable_chunked_prefill: must be off"):
+        ed_scheduler(enable_chunked_prefill=True)
     with pytest.raises(ValueError, match="encoder_cache_size: an encoder-decoder model needs"):
         ed_scheduler(cache=0)
 
@@ -150,3 +153,15 @@ def test_an_encoder_decoder_cache_keeps_no_entries() -> None:
     cache.reset()
     assert (cache.num_free_slots, cache.allocated, cache.cached) == (10, [], {})
 
+
+
+def test_unchunked_inputs_never_cut_an_encoder_decoder_chunk_under_either_release() -> None:
+    """Upstream sets `disable_chunked_mm_input` for these models; the input sits at offset 0
+    and counts encoder tokens, so 0.33's `<=` start rule must not cut the prompt to nothing."""
+    from impl.behaviour import BEHAVIOUR_0_32, BEHAVIOUR_0_33
+
+    for behaviour in (BEHAVIOUR_0_32, BEHAVIOUR_0_33):
+        s = ed_scheduler(behaviour=behaviour)
+        s.add_request(asr("a", 40))
+        out, _ = step(s)
+        assert scheduled(out) == {"a": 3} and out.scheduled_encoder_inputs == {"a": [0]}

@@ -38,10 +38,14 @@ def _workload(seed: int, scale: float, name: str, family: str, summary: str,
         num_blocks=72,
         max_num_seqs=8,
         max_num_batched_tokens=256,
-        max_model_len=512,
+        max_model_len=256,
+        # What upstream's engine sets for an encoder-decoder model: no prefix cache, a prompt
+        # and its audio scheduled whole.
         enable_prefix_caching=False,
+        enable_chunked_prefill=False,
         kv_cache_groups=(decoder, KVCacheGroup("cross_attention")),
-        multimodal=MultimodalConfig(max_num_encoder_input_tokens=400, encoder_cache_size=400),
+        multimodal=MultimodalConfig(max_num_encoder_input_tokens=400, encoder_cache_size=400,
+                                    disable_chunked_mm_input=True),
         policy="priority" if window else "fcfs",
     )
     builder = WorkloadBuilder(name, f"{family} (seed {seed}, scale {scale:g}): {summary}",
