@@ -56,6 +56,9 @@ def check_encoder_decoder_config(model: EngineConfigModel,
     if model.multimodal is None:
         raise fail("multimodal", "a cross_attention group needs config.multimodal (the "
                    "encoder's budget and cache size)")
+    if model.multimodal.max_tokens_per_item == 0:
+        raise fail("multimodal.max_tokens_per_item", "0 disables the encoder an encoder-decoder "
+                   "model needs")
     # What upstream's engine sets for these models whatever the user asked (SchedulerConfig):
     # a prompt is scheduled whole, and so is the encoder's input.
     why = "upstream turns it off for encoder-decoder models"

@@ -61,7 +61,8 @@ class MultimodalConfig:
     model's largest item, which vLLM reads from the model's multimodal registry; the engine
     raises the budget and the cache to it (`effective_budget`, `effective_cache_size`), and
     refuses to start when chunks may not split items and it exceeds a step's token budget
-    (None: the budget and cache are the engine's as given)."""
+    (None: the budget and cache are the engine's as given; 0: every modality disabled, no
+    encoder at all)."""
 
     max_num_encoder_input_tokens: int = 2048
     encoder_cache_size: int = 2048
@@ -69,13 +70,23 @@ class MultimodalConfig:
     max_tokens_per_item: int | None = None
 
     @property
+    def modalities_disabled(self) -> bool:
+        """`max_tokens_per_item` 0: every modality is disabled (vLLM's `limit_mm_per_prompt`
+        of 0 each): the engine starts no encoder and serves text only."""
+        return self.max_tokens_per_item == 0
+
+    @property
     def effective_budget(self) -> int:
         """The encoder's per-step budget the engine runs with (raised to the largest item)."""
+        if self.modalities_disabled:
+            return 0
         return max(self.max_num_encoder_input_tokens, self.max_tokens_per_item or 0)
 
     @property
     def effective_cache_size(self) -> int:
         """The encoder cache's size the engine runs with (raised to the largest item)."""
+        if self.modalities_disabled:
+            return 0
         return max(self.encoder_cache_size, self.max_tokens_per_item or 0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,6 +102,9 @@ def check_item_size(item: MultimodalItem, where: str, config: MultimodalConfig,
     """An item no larger than the model's largest and than the encoder's budget and cache
     (past those the encoder could never run it: vLLM's input processor refuses it)."""
     largest = config.max_tokens_per_item
+    if largest == 0:
+        raise fail(where, "config.multimodal.max_tokens_per_item is 0: every modality is "
+                   "disabled, the model takes no multimodal items")
     if largest is not None and item.length > largest:
         raise fail(where, f"{item.length} tokens exceed config.multimodal.max_tokens_per_item "
                    f"{largest} (the model's largest item)")

@@ -116,7 +116,7 @@ class MultimodalModel(_Strict):
     max_num_encoder_input_tokens: PosInt = 2048
     encoder_cache_size: PosInt = 2048
     disable_chunked_mm_input: bool = False
-    max_tokens_per_item: PosInt | None = None
+    max_tokens_per_item: NonNegInt | None = None
 
 
 class MultimodalItemModel(_Strict):

@@ -43,7 +43,8 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "conformance/tests/test_sched_hypothesis.py",
                       "conformance/tests/test_offload_suite.py",
                       "conformance/tests/test_offloading_manager.py",
-                      "conformance/tests/test_request_queue_differential.py")),
+                      "conformance/tests/test_request_queue_differential.py",
+                      "conformance/tests/test_plan_differential.py")),
 )
 """The gate's tests, cheapest first: `pytest tests` (what `nox -s tests` runs), then the
 differential tests of `nox -s ci` that judge behaviour against upstream."""

@@ -92,6 +92,14 @@ def _multimodal_hits() -> Workload:
                    config=replace(workload.config, policy="priority"))
 
 
+def _modalities_disabled() -> Workload:
+    workload = generate("multimodal", 0, 1.0)
+    return replace(workload, name="multimodal-modalities-disabled",
+                   description=f"{workload.description}; every modality disabled, text only",
+                   requests=tuple(replace(r, mm_items=()) for r in workload.requests),
+                   config=replace(workload.config, multimodal=MultimodalConfig(120, 200, False, 0)))
+
+
 ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("decode-heavy", "FCFS; EOS, stop tokens, max_tokens, min_tokens",
                _bundled("decode-heavy")),
@@ -223,6 +231,10 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "so the final burst's two images are encoded in one step",
                _variant("multimodal", "multimodal-largest-item", "largest item 160 tokens",
                         multimodal=MultimodalConfig(120, 200, False, 160))),
+    SuiteEntry("multimodal-modalities-disabled", "a multimodal model serving text only (every "
+               "modality disabled, vLLM's limit_mm_per_prompt 0): the engine starts no encoder, "
+               "budget and cache 0, the multimodal workload's prompts without their items",
+               _modalities_disabled),
     SuiteEntry("multimodal-unsplittable-item", "multimodal-unchunked whose model's largest item "
                "(120 tokens) exceeds a step's 100: chunks may not split it, so the engine "
                "refuses to start (both systems refuse alike)",

@@ -213,5 +213,10 @@ def test_cross_attention_layers_group_apart_and_hold_a_steps_encoder_output() ->
     with pytest.raises(PlanError, match="needs 23855104 bytes .* the longest that fits is 432"):
         plan_kv_cache(model, (28 + 63) * 4 * page, options)
     assert plan_kv_cache(model, (28 + 63 + 1) * 4 * page, options).num_blocks == 92
-    with pytest.raises(PlanError, match="failed to promote"):
-        plan_kv_cache(model, GIB, PlanOptions(disable_hybrid_kv_cache_manager=True))
+    # With the hybrid manager off only windows and chunks are promoted to full allocation:
+    # cross-attention stays its own type, so the model is refused (beside a window too).
+    window = attn(8, "sliding_window", sliding_window=64)
+    windowed = ModelSpec("whisper-windowed", (*layers, window))
+    for refused in (model, windowed):
+        with pytest.raises(PlanError, match="failed to promote"):
+            plan_kv_cache(refused, GIB, PlanOptions(disable_hybrid_kv_cache_manager=True))

@@ -238,3 +238,8 @@ def test_an_unsplittable_largest_item_longer_than_a_step_is_refused_at_start() -
         mm_scheduler(mm_max_tokens_per_item=257, disable_chunked_mm_input=True)
     mm_scheduler(mm_max_tokens_per_item=256, disable_chunked_mm_input=True)
     mm_scheduler(mm_max_tokens_per_item=257)  # chunks may split it: fine
+
+
+def test_a_model_with_every_modality_disabled_starts_no_encoder() -> None:
+    s = mm_scheduler(budget=64, cache=128, mm_max_tokens_per_item=0)
+    assert (s.max_num_encoder_input_tokens, s.encoder_cache.cache_size) == (0, 0)

@@ -103,6 +103,7 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "encoder_input_off_zero.jsonl": (2, "mm_items[0].offset", "sits at offset 0"),
     "encoder_inputs_two.jsonl": (2, "mm_items", "one encoder input"),
     "encoder_input_too_long.jsonl": (2, "mm_items[0]", "could never run it"),
+    "mm_item_modalities_disabled.jsonl": (2, "mm_items[0]", "every modality is disabled"),
     "mm_item_past_largest.jsonl": (2, "mm_items[0]", "exceed config.multimodal."
                                    "max_tokens_per_item 30"),
     "rswa_window_missing.jsonl": (1, "config.kv_cache_groups[1]", "needs 'rswa_window'"),

@@ -50,7 +50,7 @@ def encoder_sizes(scheduler_config: Any, config: EngineConfig) -> tuple[int, int
     scheduler_config.max_num_encoder_input_tokens = mm.max_num_encoder_input_tokens
     scheduler_config.encoder_cache_size = mm.encoder_cache_size
     budget, cache_size = compute_mm_encoder_budget(
-        scheduler_config, {"image": mm.max_tokens_per_item})
+        scheduler_config, {"image": mm.max_tokens_per_item} if mm.max_tokens_per_item else {})
     return int(budget), int(cache_size)
 
 
