@@ -95,7 +95,8 @@ def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig,
     Rules kept, each one a way a draw could otherwise break the run rather than test it:
     a policy other than FCFS or priority (continuum, which refuses async scheduling) and its
     scheduling mode stay as the family wrote them; the budget never below `max_num_seqs`;
-    chunked prefill off only with a budget of at least `max_model_len`; with spec decode no
+    chunked prefill off (drawn or the family's) only with a budget of at least `max_model_len`;
+    no long-prefill threshold for an encoder-decoder model; with spec decode no
     long-prefill threshold below ``1 + num_spec_tokens`` (vLLM 0.32 asserts when a padded
     decode is cut by it, `strategies.engine_configs`); the pool still holds a full-length
     request in every KV-cache group plus a block, or admission would wait forever on both
@@ -116,13 +117,17 @@ def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig,
     maybe("max_num_seqs", 0.3, seats)
     seats = changes.get("max_num_seqs", config.max_num_seqs)
     spec_floor = 1 + config.num_spec_tokens if config.num_spec_tokens else 1
-    maybe("long_prefill_token_threshold", 0.3, rng.choice((0, max(16, spec_floor), 64)))
+    # An encoder-decoder model runs with no threshold (upstream turns it off).
+    maybe("long_prefill_token_threshold", 0.0 if config.is_encoder_decoder else 0.3,
+          rng.choice((0, max(16, spec_floor), 64)))
+    # Chunked prefill off (drawn, or the family's) keeps a budget of at least max_model_len.
+    floor = seats if config.enable_chunked_prefill else max(seats, config.max_model_len)
     if rng.random() < 0.15:
         changes["enable_chunked_prefill"] = False
         changes["max_num_batched_tokens"] = max(config.max_model_len, seats)
     else:
         maybe("max_num_batched_tokens", 0.3,
-              max(seats, rng.choice((32, 64, config.max_num_batched_tokens // 2))))
+              max(floor, rng.choice((32, 64, config.max_num_batched_tokens // 2))))
     groups = len(config.kv_cache_groups)
     floor = groups * (-(-config.max_model_len // config.block_size) + 1) + 1
     if floor < config.num_blocks:

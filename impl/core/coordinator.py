@@ -13,27 +13,14 @@ from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
-from impl.core.chunked_local import ChunkedLocalAttentionManager
-from impl.core.circular_buffer import CircularBufferManager
-from impl.core.cross_attention import CrossAttentionManager
-from impl.core.full_attention import FullAttentionManager
 from impl.core.hashing import hashes_at_block_size
 from impl.core.hit_search import find_hybrid_hit
-from impl.core.mamba import MambaManager
-from impl.core.mamba_align import MambaAlignManager
-from impl.core.reference_window import ReferenceWindowManager
+from impl.core.manager_types import manager_class_for, tokens_for
 from impl.core.single_type_manager import SingleTypeKVCacheManager
-from impl.core.sliding_window import SlidingWindowManager
 from impl.core.specs import (
-    ChunkedLocalAttentionSpec,
-    CircularBufferSpec,
-    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
-    MambaSpec,
-    ReferenceWindowSpec,
-    SlidingWindowSpec,
     check_hash_block_size,
 )
 
@@ -41,35 +28,6 @@ if TYPE_CHECKING:
     from impl.sched.request import Request
 
 PerGroupBlocks = tuple[list[KVCacheBlock], ...]
-
-
-def manager_class_for(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
-    if isinstance(spec, CircularBufferSpec):
-        return CircularBufferManager
-    if isinstance(spec, CrossAttentionSpec):
-        return CrossAttentionManager
-    if isinstance(spec, SlidingWindowSpec):
-        return SlidingWindowManager
-    if isinstance(spec, ChunkedLocalAttentionSpec):
-        return ChunkedLocalAttentionManager
-    if isinstance(spec, MambaSpec):
-        return MambaAlignManager if spec.mamba_cache_mode == "align" else MambaManager
-    if isinstance(spec, ReferenceWindowSpec):
-        return ReferenceWindowManager
-    if isinstance(spec, FullAttentionSpec):
-        return FullAttentionManager
-    raise ValueError(f"kv_cache_spec: unsupported spec type {type(spec).__name__}")
-
-
-def _tokens_for(manager: SingleTypeKVCacheManager, num_tokens: int, num_tokens_main: int | None,
-                num_encoder_tokens: int) -> int:
-    """The tokens a group needs slots for: the encoder's for cross-attention, the decoder's
-    without lookahead for types that take none, the decoder's otherwise."""
-    if manager.sized_by_encoder:
-        return num_encoder_tokens
-    if manager.ignores_lookahead and num_tokens_main is not None:
-        return num_tokens_main
-    return num_tokens
 
 
 class KVCacheCoordinator:
@@ -113,7 +71,7 @@ class KVCacheCoordinator:
         encoder outputs this step writes, for cross-attention groups (`sized_by_encoder`)."""
         return sum(
             manager.get_num_blocks_to_allocate(
-                request_id, _tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens),
+                request_id, tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens),
                 new_computed_blocks[index], total_computed_tokens, apply_admission_cap,
             )
             for index, manager in enumerate(self.managers)
@@ -145,7 +103,7 @@ class KVCacheCoordinator:
                             num_encoder_tokens: int = 0) -> PerGroupBlocks:
         return tuple(
             manager.allocate_new_blocks(
-                request_id, _tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens))
+                request_id, tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens))
             for manager in self.managers)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:

@@ -1,0 +1,267 @@
+"""The suite's entries: each bundled workload or variant the gate runs, and what it covers.
+
+A variant is a bundled workload with `dataclasses.replace` on its config (or, for aborts, on
+its abort list), so it stays as small as the workload it comes from. `integrity_every` spaces
+out the twin's integrity checks on the big replays, where a full-pool check every step would
+dominate the run. `conformance.sched.suite` turns the entries into the suite and adds the
+regression files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from workloads import AbortSpec, KVCacheGroup, Workload, load
+from workloads.controls import ControlSpec
+from workloads.generators import generate
+from workloads.multimodal import MultimodalConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteEntry:
+    name: str
+    covers: str
+    make: Callable[[], Workload]
+    integrity_every: int = 1
+
+
+def _variant(base: str, name: str, description: str, **config: object) -> Callable[[], Workload]:
+    def make() -> Workload:
+        workload = load(base)
+        return replace(workload, name=name, description=f"{workload.description}; {description}",
+                       config=replace(workload.config, **config))  # type: ignore[arg-type]
+    return make
+
+
+def _aborts() -> Workload:
+    """long-context (128-token prefill chunks) with aborts planted at both ends of a request's
+    life: every 4th request one step after it arrives (its prompt needs several chunks, so it
+    is still prefilling), every 4th + 2 once its prompt is surely done (decoding)."""
+    workload = load("long-context")
+    aborts = []
+    for index, request in enumerate(workload.requests):
+        if index % 4 == 0:
+            aborts.append(AbortSpec(request.request_id, request.arrival_step + 1))
+        elif index % 4 == 2:
+            chunks = -(-request.prompt_len // 128)
+            aborts.append(AbortSpec(request.request_id, request.arrival_step + 4 * chunks + 12))
+    return replace(workload, name="aborts-mid-prefill-decode",
+                   description=f"{workload.description}; aborts mid-prefill and mid-decode",
+                   aborts=tuple(sorted(aborts, key=lambda a: a.step)))
+
+
+def _offloading_resets() -> Workload:
+    """multi-turn with the OffloadingConnector on a cut GPU pool (the offload suite's
+    `offloading` mode) and an operator's reset of the prefix cache and the connector's cache
+    a third and two thirds of the way through the arrivals: the first comes while requests
+    run (the prefix reset is refused, the connector forgets every chunk and ignores its jobs'
+    late reports), the second between conversations' turns."""
+    from conformance.sched.offload_suite import with_offload
+
+    workload = with_offload(load("multi-turn"), "offloading")
+    last = max(r.arrival_step for r in workload.requests)
+    resets = tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
+                   for step in (last // 3, 2 * last // 3))
+    return replace(workload, name="offloading-resets",
+                   description=f"{workload.description}; two prefix-cache and connector resets",
+                   controls=resets)
+
+
+def _bundled(name: str) -> Callable[[], Workload]:
+    return lambda: load(name)
+
+
+def _multimodal_hits() -> Workload:
+    workload = generate("multimodal", 4, 1.0)
+    return replace(workload, name="multimodal-hits",
+                   description=f"{workload.description}; priority policy",
+                   config=replace(workload.config, policy="priority"))
+
+
+def _modalities_disabled() -> Workload:
+    workload = generate("multimodal", 0, 1.0)
+    return replace(workload, name="multimodal-modalities-disabled",
+                   description=f"{workload.description}; every modality disabled, text only",
+                   requests=tuple(replace(r, mm_items=()) for r in workload.requests),
+                   config=replace(workload.config, multimodal=MultimodalConfig(120, 200, False, 0)))
+
+
+ENTRIES: tuple[SuiteEntry, ...] = (
+    SuiteEntry("decode-heavy", "FCFS; EOS, stop tokens, max_tokens, min_tokens",
+               _bundled("decode-heavy")),
+    SuiteEntry("priority-mix", "priority policy with priority preemption",
+               _bundled("priority-mix")),
+    SuiteEntry("prefix-sharing", "prefix caching on, shared prefixes, cache salts",
+               _bundled("prefix-sharing")),
+    SuiteEntry("prefix-sharing-no-cache", "prefix caching off",
+               _variant("prefix-sharing", "prefix-sharing-no-cache", "prefix caching off",
+                        enable_prefix_caching=False)),
+    SuiteEntry("long-context", "chunked prefill with a long-prefill threshold",
+               _bundled("long-context")),
+    SuiteEntry("long-context-adaptive", "chunked prefill with an adaptive long-prefill "
+               "threshold: a 64-token cap floored at the 256-token budget's fair share among "
+               "the queued and running requests (two or three of them get 128 or 85)",
+               _variant("long-context", "long-context-adaptive", "threshold 64, adaptive",
+                        long_prefill_token_threshold=64,
+                        long_prefill_token_threshold_adaptive=True)),
+    SuiteEntry("long-context-no-threshold", "chunked prefill without a threshold",
+               _variant("long-context", "long-context-no-threshold", "no prefill threshold",
+                        long_prefill_token_threshold=0)),
+    SuiteEntry("decode-heavy-no-chunking", "chunked prefill off",
+               _variant("decode-heavy", "decode-heavy-no-chunking", "chunked prefill off",
+                        enable_chunked_prefill=False)),
+    SuiteEntry("preemption-storm", "preemption storms (and two aborts)",
+               _bundled("preemption-storm")),
+    SuiteEntry("aborts-mid-prefill-decode", "aborts mid-prefill and mid-decode", _aborts),
+    SuiteEntry("spec-decode", "speculative decoding, sync", _bundled("spec-decode")),
+    SuiteEntry("spec-decode-async", "speculative decoding under async scheduling",
+               _variant("spec-decode", "spec-decode-async", "async scheduling",
+                        async_scheduling=True)),
+    SuiteEntry("spec-decode-chunked", "speculative decoding with prompts in several chunks: "
+               "drafts offered mid-prefill are dropped, uniform padding beside prefills",
+               _variant("spec-decode", "spec-decode-chunked", "32-token budget, threshold 24",
+                        max_num_batched_tokens=32, long_prefill_token_threshold=24)),
+    SuiteEntry("spec-decode-request-metrics", "speculative decoding with per-request metrics "
+               "(per_request_spec_decode_metrics detailed): each finished request's histogram "
+               "of accepted drafts, drafts proposed and per-step counts",
+               _variant("spec-decode", "spec-decode-request-metrics", "per-request metrics",
+                        per_request_spec_decode_metrics="detailed")),
+    SuiteEntry("structured-output-request-metrics", "per-request spec-decode metrics (summary) "
+               "with grammars under async scheduling: drafts the grammar rejected left out of "
+               "the proposed count",
+               _variant("structured-output", "structured-output-request-metrics",
+                        "async scheduling, per-request metrics", async_scheduling=True,
+                        per_request_spec_decode_metrics="summary")),
+    SuiteEntry("spec-decode-stats-off", "speculative decoding with stats off (no prefix-cache, "
+               "spec-decoding or scheduler stats kept or reported)",
+               _variant("spec-decode", "spec-decode-stats-off", "stats off", log_stats=False)),
+    SuiteEntry("bursty", "async scheduling with bursts and aborts", _bundled("bursty")),
+    SuiteEntry("multi-turn", "multi-turn conversations reusing prefixes",
+               _bundled("multi-turn")),
+    SuiteEntry("agent-sessions", "agent sessions, xxhash", _bundled("agent-sessions")),
+    SuiteEntry("hybrid-sliding-window", "hybrid full + sliding window",
+               _bundled("hybrid-sliding-window")),
+    SuiteEntry("hybrid-chunked-local", "hybrid full + chunked local attention",
+               _variant("hybrid-sliding-window", "hybrid-chunked-local",
+                        "groups full + chunked_local(128)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("chunked_local", attention_chunk_size=128)))),
+    SuiteEntry("hybrid-reference-window", "hybrid full + reference sliding window (R-SWA): "
+               "each request keeps its prompt, and of its output only the last 24 tokens' "
+               "blocks, so long outputs give blocks back as they decode",
+               _variant("decode-heavy", "hybrid-reference-window",
+                        "groups full + reference_window(24)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("reference_window", rswa_window=24)))),
+    SuiteEntry("hybrid-bounded-replay", "hybrid full + sliding window with bounded replay "
+               "(DeepSeek-V4.1 style): the window keeps no prefix cache, a hit recomputes its "
+               "last 400 tokens to rebuild it (the 608-token document's hits), a hit no longer "
+               "than that is dropped (the 400-token document's)",
+               _variant("hybrid-sliding-window", "hybrid-bounded-replay",
+                        "groups full + sliding_window(400, bounded replay)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("sliding_window", sliding_window=400,
+                                                      bounded_replay=True)))),
+    SuiteEntry("hybrid-circular-buffer", "hybrid full + a circular buffer (an indexer's ring: "
+               "one block per request for its whole life, no prefix cache) under pool "
+               "pressure and shared prefixes",
+               _variant("hybrid-sliding-window", "hybrid-circular-buffer",
+                        "groups full + circular_buffer",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("circular_buffer")))),
+    SuiteEntry("eagle-multi-turn", "multi-turn conversations with an EAGLE drafter (3 "
+               "tokens): every prefix hit gives up its last block",
+               _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
+                        num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("eagle-multimodal", "multimodal items with an EAGLE drafter (2 tokens): items "
+               "chosen for the chunk plus the token the drafter reads past it, cuts before an "
+               "item the encoder cannot take (0.32 keeps the drafter's token off it too)",
+               _variant("multimodal", "eagle-multimodal", "EAGLE, 2 draft tokens",
+                        num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle")),
+    SuiteEntry("eagle-hybrid-sliding-window", "hybrid full + sliding window with an EAGLE "
+               "drafter (2 tokens): the window's hit needs one more block, which it drops",
+               _variant("hybrid-sliding-window", "eagle-hybrid-sliding-window",
+                        "EAGLE, 2 draft tokens", num_spec_tokens=2, num_lookahead_tokens=2,
+                        spec_method="eagle")),
+    SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
+               _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("mamba", mamba_cache_mode="align")))),
+    SuiteEntry("hybrid-mamba-none", "hybrid full + mamba, cache mode 'none' (0.32 caches every "
+               "block boundary; 0.33 refuses it with prefix caching)",
+               _variant("hybrid-sliding-window", "hybrid-mamba-none", "groups full + mamba",
+                        kv_cache_groups=(KVCacheGroup("full"), KVCacheGroup("mamba")))),
+    SuiteEntry("offload-sessions", "sessions coming back from the CPU offload tier (eager)",
+               _bundled("offload-sessions")),
+    SuiteEntry("offload-sessions-lazy", "sessions coming back from the CPU tier (lazy offload)",
+               _bundled("offload-sessions-lazy")),
+    SuiteEntry("multimodal", "multimodal items: encoder budget, shared encoder cache with "
+               "evictions, items as block-hash keys, a reused id finished with an error",
+               _bundled("multimodal")),
+    SuiteEntry("multimodal-hits", "multimodal at seed 4 under the priority policy: prefix hits "
+               "that end inside an image whose encoder output is gone (no budget left: the chunk "
+               "gets nothing), a reused image id", _multimodal_hits),
+    SuiteEntry("multimodal-iteration-details", "multimodal with per-iteration details logged "
+               "(enable_logging_iteration_details): each step's encoder inputs and their "
+               "embeddings counted in the scheduler output",
+               _variant("multimodal", "multimodal-iteration-details",
+                        "per-iteration details logged", log_iteration_details=True)),
+    SuiteEntry("encoder-decoder", "Whisper-style encoder-decoder: audio encoded on the first "
+               "step into cross-attention blocks, the encoder budget admitting a burst a few at a "
+               "time, preemptions that encode again, upstream's growing encoder room",
+               _bundled("encoder-decoder")),
+    SuiteEntry("encoder-decoder-window", "encoder-decoder with a sliding-window decoder under "
+               "the priority policy", _bundled("encoder-decoder-window")),
+    SuiteEntry("multimodal-largest-item", "multimodal with the model's largest item (160 "
+               "tokens) named: the engine raises the encoder budget of 120 to it at start-up, "
+               "so the final burst's two images are encoded in one step",
+               _variant("multimodal", "multimodal-largest-item", "largest item 160 tokens",
+                        multimodal=MultimodalConfig(120, 200, False, 160))),
+    SuiteEntry("multimodal-modalities-disabled", "a multimodal model serving text only (every "
+               "modality disabled, vLLM's limit_mm_per_prompt 0): the engine starts no encoder, "
+               "budget and cache 0, the multimodal workload's prompts without their items",
+               _modalities_disabled),
+    SuiteEntry("multimodal-unsplittable-item", "multimodal-unchunked whose model's largest item "
+               "(120 tokens) exceeds a step's 100: chunks may not split it, so the engine "
+               "refuses to start (both systems refuse alike)",
+               _variant("multimodal-unchunked", "multimodal-unsplittable-item",
+                        "largest item 120 tokens, unsplittable",
+                        multimodal=MultimodalConfig(120, 200, True, 120))),
+    SuiteEntry("multimodal-unchunked", "multimodal with disable_chunked_mm_input (chunks stop "
+               "before an item they cannot cover)", _bundled("multimodal-unchunked")),
+    SuiteEntry("streaming-sessions", "streaming-input sessions: turns, parts queued or awaited "
+               "with seats and blocks held, closes while running or waiting",
+               _bundled("streaming-sessions")),
+    SuiteEntry("structured-output", "structured output with spec decode: grammars compiling "
+               "for many steps or failing (errors), drafts trimmed at the first rejected "
+               "token, the grammar bitmask's rows", _bundled("structured-output")),
+    SuiteEntry("structured-output-async", "structured output under async scheduling: steps "
+               "whose grammar requests have a step in flight wait for its output (drafts "
+               "trimmed and padded in the deferred output, bitmask rows of requests that "
+               "finished meanwhile dropped, invalid drafts left out of the stats)",
+               _variant("structured-output", "structured-output-async", "async scheduling",
+                        async_scheduling=True)),
+    SuiteEntry("pooling", "a pooling model: prefill-only requests finished by pooled output "
+               "(no token), whole-context prompts, prefix hits, chunks and preemptions",
+               _bundled("pooling")),
+    SuiteEntry("operator-controls", "operator controls between steps: prefix-cache resets "
+               "(refused, forced, idle), pauses of new and of all requests",
+               _bundled("operator-controls")),
+    SuiteEntry("pd-disaggregation", "the NIXL prefill/decode connector on one instance: "
+               "decode requests pulling their prompt past a local hit, a pull failing (an "
+               "error), prefills holding their blocks for the peer's read and handing on what "
+               "to read, aborts before, during and instead of a pull, preemptions by held "
+               "prefills", _bundled("pd-disaggregation")),
+    SuiteEntry("pd-disaggregation-recompute", "the P/D connector with a failed pull "
+               "recomputed locally (load_failure_policy 'recompute')",
+               _bundled("pd-disaggregation-recompute")),
+    SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
+               "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
+               "their late reports ignored, requests offering their chunks again",
+               _offloading_resets),
+    SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
+               integrity_every=50),
+    SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),
+               integrity_every=50),
+)
