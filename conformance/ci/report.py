@@ -71,10 +71,10 @@ def _int(value: str | None) -> int | None:
 AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("KV core", ("test_kv_",), "block pool, hashing and KV-cache manager against upstream in "
      "Hypothesis state machines, one per cache family (full, window, chunked, mamba, hybrids)"),
-    ("Scheduler lockstep", ("test_sched_", "test_generated_"),
+    ("Scheduler lockstep", ("test_sched_", "test_generated_", "test_request_queue_"),
      "the scheduler twin and upstream's, step by step: generated workloads, the suite, "
      "regressions, planted bugs the comparer must catch, liveness, traces, multimodal "
-     "requests and operator controls"),
+     "requests and operator controls; the waiting queues call by call"),
     ("Mutation killers", ("test_mutation",), "workloads that kill known mutants of impl/"),
     ("Runner and engine", ("test_runner_",),
      "greedy tokens equal Hugging Face and upstream's engine; Triton kernel vs torch"),
