@@ -66,7 +66,8 @@ def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | Non
     if isinstance(model, NixlModel):
         return KVConnectorConfig("nixl", load_failure_policy=model.load_failure_policy,
                                  load_latency_steps=model.load_latency_steps,
-                                 send_latency_steps=model.send_latency_steps)
+                                 send_latency_steps=model.send_latency_steps,
+                                 transfer_mode=model.transfer_mode)
     if model.load_failures and num_groups != 1:
         raise fail("kv_connector.load_failures", "need a single KV-cache group (block ids are "
                    f"per group; this config has {num_groups})")

@@ -125,7 +125,10 @@ class KVConnectorConfig:
     `type` "nixl": upstream's NIXL connector on one instance of a prefill/decode pair
     (`workloads.pd`); a request's pull lands `load_latency_steps` after it is asked for, a
     finished prefill's blocks are read by the peer `send_latency_steps` after they are
-    announced; `load_failure_policy` as above, for pulls that fail."""
+    announced; `load_failure_policy` as above, for pulls that fail. `transfer_mode` `push`:
+    upstream's NixlPushConnector, where the decode side registers its blocks and the peer
+    writes them (`load_latency_steps` after the registration is handed out), and a finished
+    prefill's blocks are written to the decode peer (`send_latency_steps` after)."""
 
     type: Literal["simple_cpu_offload", "offloading", "nixl"] = "simple_cpu_offload"
     num_cpu_blocks: int = 1024
@@ -140,12 +143,15 @@ class KVConnectorConfig:
     store_threshold: int = 0
     offload_prompt_only: bool = True
     send_latency_steps: int = 1
+    transfer_mode: Literal["pull", "push"] = "pull"
 
     def to_dict(self) -> dict[str, Any]:
         latency = {"load_latency_steps": self.load_latency_steps,
                    "store_latency_steps": self.store_latency_steps}
         if self.type == "nixl":
-            return {"type": self.type, "load_failure_policy": self.load_failure_policy,
+            return {"type": self.type,
+                    **({"transfer_mode": "push"} if self.transfer_mode == "push" else {}),
+                    "load_failure_policy": self.load_failure_policy,
                     "load_latency_steps": self.load_latency_steps,
                     "send_latency_steps": self.send_latency_steps}
         if self.type == "offloading":

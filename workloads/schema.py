@@ -101,6 +101,7 @@ class OffloadingModel(_Strict):
 
 class NixlModel(_Strict):
     type: Literal["nixl"]
+    transfer_mode: Literal["pull", "push"] = "pull"
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     load_latency_steps: NonNegInt = 1
     send_latency_steps: NonNegInt = 1

@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="the settings the connector is given: SimpleCPUOffload's (default), "
                             "the OffloadingConnector's (for it or a subclass of it: its "
                             "jobs are played by the harness's job worker) or the NIXL P/D "
-                            "connector's (pulls and reads played by the P/D worker; the "
-                            "workload's requests take turns as decodes and prefills)")
+                            "connector's, pull or push mode (pulls, registrations and "
+                            "reads played by the P/D worker; the workload's requests take "
+                            "turns as decodes and prefills)")
     check.set_defaults(handler=_check)
 
 

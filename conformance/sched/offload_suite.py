@@ -5,7 +5,8 @@ a GPU pool cut to an eighth (never below what its longest request needs) so pref
 the GPU and come back from the CPU. Mode `pd` puts the NIXL prefill/decode connector on
 instead (`workloads.pd`): of the requests that may take a part, every third pulls its prompt
 from a modelled prefill peer (the second of those pulls fails as a whole) and every third is
-a prefill whose blocks wait for the peer's read.
+a prefill whose blocks wait for the peer's read. Mode `pd-push` does the same with the
+connector in push mode (decode requests register their blocks, the peer writes them).
 
 The CPU pool is twice the original GPU pool: big enough to hold everything the GPU ever
 caches. With a smaller one lazy offload never idles (every step re-copies blocks the CPU LRU
@@ -20,7 +21,8 @@ from dataclasses import replace
 from workloads.model import KVConnectorConfig, RequestSpec, Workload
 from workloads.pd import KVTransferSpec
 
-OFFLOAD_MODES: tuple[str, ...] = ("eager", "lazy", "offloading", "offloading-arc", "pd")
+OFFLOAD_MODES: tuple[str, ...] = ("eager", "lazy", "offloading", "offloading-arc", "pd",
+                                  "pd-push")
 
 NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba": "mamba 'align' boundary-state hand-offs to the CPU tier are not modelled "
@@ -43,6 +45,7 @@ NOT_OFFLOADED: dict[str, str] = {
     "structured-output-request-metrics": "a metrics option over `structured-output-async`, "
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
+    "pd-disaggregation-push": "runs the NIXL P/D connector already",
     "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",
@@ -85,7 +88,7 @@ def left_out(name: str, mode: str) -> str | None:
     """Why suite workload `name` is left out of the offload suite in `mode` (None: it runs)."""
     if name in NOT_OFFLOADED:
         return NOT_OFFLOADED[name]
-    if mode == "pd":
+    if mode.startswith("pd"):
         return NOT_IN_PD.get(name)
     return NOT_OFFLOADED_BY_OFFLOADING.get(name) if mode.startswith("offloading") else None
 
@@ -128,8 +131,9 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
     requests = workload.requests
     connector = (
         KVConnectorConfig("nixl", load_latency_steps=latency_steps,
-                          send_latency_steps=latency_steps)
-        if mode == "pd"
+                          send_latency_steps=latency_steps,
+                          transfer_mode="push" if mode == "pd-push" else "pull")
+        if mode.startswith("pd")
         else KVConnectorConfig("offloading", load_latency_steps=latency_steps,
                           store_latency_steps=latency_steps,
                           num_cpu_chunks=config.num_blocks if mode == "offloading"
@@ -140,7 +144,7 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
         else KVConnectorConfig(num_cpu_blocks=2 * config.num_blocks, lazy_offload=mode == "lazy",
                                load_latency_steps=latency_steps,
                                store_latency_steps=latency_steps))
-    if mode == "pd":
+    if mode.startswith("pd"):
         requests = with_pd_roles(workload)
     return replace(workload, name=f"{workload.name}+offload-{mode}", requests=requests,
                    description=f"{workload.description}; CPU offload ({mode}), GPU pool / "

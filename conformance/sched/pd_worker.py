@@ -13,6 +13,12 @@ fact of the workload, not of timing. The rules follow upstream's NIXL worker (pu
   peer never answered);
 * a finished prefill announced in step s (`reads_awaited`) is read by the modelled decode peer
   in the output of step s + `send_latency_steps` and reported as finished sending.
+
+In push mode (upstream's NixlPushConnector, the same worker base) a decode-side request's
+transfer starts when its registration is handed out, not with an awaited pull: the modelled
+prefill peer writes its blocks, and the write lands, fails or is lost exactly as a pull
+would; a finished prefill's blocks are written to the modelled decode peer, which has always
+registered, `send_latency_steps` after they are announced.
 """
 
 from __future__ import annotations
@@ -46,11 +52,11 @@ class PDWorker:
 
     def run(self, step: int, orders: RemoteTransfers) -> ConnectorReport:
         """Start this step's pulls and reads, then report what has finished by its end."""
-        for pull in orders.pulls:
-            if pull.awaiting and pull.req_id not in self._lost:
-                self._pulls.append(_InFlight(pull.req_id, step + self.load_latency,
-                                             pull.local_block_ids[0]
-                                             if pull.local_block_ids else ()))
+        awaited = [(p.req_id, p.local_block_ids) for p in orders.pulls if p.awaiting]
+        for rid, blocks in awaited + list(orders.registrations):
+            if rid not in self._lost:
+                self._pulls.append(_InFlight(rid, step + self.load_latency,
+                                             blocks[0] if blocks else ()))
         for rid in orders.reads_awaited:
             self._reads.append(_InFlight(rid, step + self.send_latency))
         pulled = _complete(self._pulls, step)

@@ -66,7 +66,12 @@ def connector_json(t: Transfers | JobTransfers | RemoteTransfers | None,
                                     "num_cached_blocks": list(p.num_cached_blocks),
                                     "awaiting": p.awaiting} for p in t.pulls],
                          "reads_awaited": list(t.reads_awaited),
-                         "in_batch": list(t.in_batch), "not_processed": list(t.not_processed)}
+                         "in_batch": list(t.in_batch), "not_processed": list(t.not_processed),
+                         **({"registrations": {rid: [list(g) for g in blocks]
+                                               for rid, blocks in t.registrations}}
+                            if t.registrations else {}),
+                         **({"pushes": {rid: [list(g) for g in blocks]
+                                        for rid, blocks in t.pushes}} if t.pushes else {})}
     elif isinstance(t, JobTransfers):
         out["jobs"] = {"load_jobs": [_job_json(j) for j in t.load_jobs],
                        "store_jobs": [_job_json(j) for j in t.store_jobs],
@@ -117,7 +122,11 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
                             tuple(p["num_cached_blocks"]), p["awaiting"])
                   for p in remote["pulls"]),
             tuple(remote["reads_awaited"]), tuple(remote["in_batch"]),
-            tuple(remote["not_processed"]))
+            tuple(remote["not_processed"]),
+            tuple((rid, tuple(tuple(g) for g in blocks))
+                  for rid, blocks in remote.get("registrations", {}).items()),
+            tuple((rid, tuple(tuple(g) for g in blocks))
+                  for rid, blocks in remote.get("pushes", {}).items()))
     if data.get("external_hits"):
         out["external_hits"] = tuple(data["external_hits"].items())
     r = data.get("connector_report")

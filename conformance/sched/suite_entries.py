@@ -256,6 +256,11 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("pd-disaggregation-recompute", "the P/D connector with a failed pull "
                "recomputed locally (load_failure_policy 'recompute')",
                _bundled("pd-disaggregation-recompute")),
+    SuiteEntry("pd-disaggregation-push", "the P/D connector in push mode: decode requests "
+               "registering the blocks the peer writes (once, none after a preemption; an "
+               "empty order for one aborted before it registered), the write failing as a "
+               "whole, prefills handing the worker the blocks to write and holding them "
+               "until written", _bundled("pd-disaggregation-push")),
     SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
                "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
                "their late reports ignored, requests offering their chunks again",

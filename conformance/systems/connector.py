@@ -18,6 +18,7 @@ from typing import Any
 
 from conformance.systems.protocol import (
     BlockCounts,
+    BlockIds,
     ConnectorReport,
     JobTransfers,
     OffloadJob,
@@ -55,9 +56,20 @@ def remote_transfers_of(meta: Any) -> RemoteTransfers | None:
         pulls.append(PullOrder(rid, tuple(tuple(int(b) for b in g)
                                           for g in order.local_block_ids),
                                tuple(int(n) for n in cached), bool(awaiting)))
+    # Push mode: upstream's registrations are dicts naming the local blocks among the
+    # decode side's address (configuration, not compared); the twin's are the blocks.
+    registrations = tuple(
+        (rid, _block_ids(reg["local_block_ids"] if isinstance(reg, dict) else reg))
+        for rid, reg in (getattr(meta, "push_registrations", None) or {}).items())
+    pushes = tuple((rid, _block_ids(blocks)) for rid, blocks in (
+        getattr(meta, "push_finished_blocks", None) or {}).items())
     return RemoteTransfers(tuple(pulls), tuple(meta.reqs_to_send),
                            tuple(sorted(meta.reqs_in_batch)),
-                           tuple(sorted(meta.reqs_not_processed)))
+                           tuple(sorted(meta.reqs_not_processed)), registrations, pushes)
+
+
+def _block_ids(groups: Any) -> BlockIds:
+    return tuple(tuple(int(b) for b in g) for g in groups)
 
 
 def transfers_of(meta: Any) -> Transfers | JobTransfers | None:
@@ -163,7 +175,7 @@ def offload_settings(config: EngineConfig) -> Any:
     if c is None:
         return None
     if c.type == "nixl":
-        return NixlSettings(c.load_failure_policy)
+        return NixlSettings(c.load_failure_policy, c.transfer_mode)
     if c.type == "offloading":
         return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
                                   c.eviction_policy, c.store_threshold,

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.systems.protocol import HandedOn
+from vtwin.errors import UserError
 from workloads.model import KVConnectorConfig, RequestSpec
 
 PEER_ENGINE_ID = "vtwin-prefill-peer"
 PEER_HOST = "127.0.0.1"
 PEER_PORT = 5600
 ENGINE_ID = "vtwin-engine"
+PUSH_CONNECTOR = "NixlPushConnector"
 
 
 def upstream_params(request: RequestSpec, block_size: int) -> dict[str, Any] | None:
@@ -67,10 +69,17 @@ def handed_on(params: Any) -> HandedOn | None:
 def upstream_nixl_config(connector: KVConnectorConfig,
                          connector_class: tuple[str, str] | None) -> Any:
     """Upstream's `KVTransferConfig` for the NIXL connector on a `kv_both` instance (it plays
-    either side per request, as `workloads.pd` describes)."""
+    either side per request, as `workloads.pd` describes): `NixlConnector` (pull mode) or
+    `NixlPushConnector`, refused by a release that has no push mode."""
+    from vllm import __version__ as release
     from vllm.config import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
-    module, name = connector_class or (None, "NixlConnector")
+    default = PUSH_CONNECTOR if connector.transfer_mode == "push" else "NixlConnector"
+    if connector_class is None and default not in KVConnectorFactory._registry:
+        raise UserError(f"kv_connector.transfer_mode={connector.transfer_mode!r}: vLLM "
+                        f"{release} has no {default}")
+    module, name = connector_class or (None, default)
     return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
                             kv_role="kv_both", engine_id=ENGINE_ID,
                             kv_load_failure_policy=connector.load_failure_policy)

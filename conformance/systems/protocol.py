@@ -129,18 +129,22 @@ class PullOrder:
 class RemoteTransfers:
     """What a P/D connector asks its worker in one step: pulls (by request id), finished
     prefills whose blocks now wait for the peer's read (in the order they finished), and the
-    prefill-side requests admitted this step or ended without a read (sorted)."""
+    prefill-side requests admitted this step or ended without a read (sorted). Push mode
+    adds the decode-side registrations handed out this step and the finished prefills'
+    blocks handed to the worker to write (each by request id, in the connector's order)."""
 
     pulls: tuple[PullOrder, ...]
     reads_awaited: tuple[str, ...]
     in_batch: tuple[str, ...]
     not_processed: tuple[str, ...]
+    registrations: tuple[tuple[str, BlockIds], ...] = ()
+    pushes: tuple[tuple[str, BlockIds], ...] = ()
 
-    # As the other connectors' records count their work: pulls are loads, awaited reads are
-    # stores (of blocks the record does not list).
+    # As the other connectors' records count their work: pulls (push mode: registrations)
+    # are loads, awaited reads are stores (of blocks the record does not list).
     @property
     def num_loads(self) -> int:
-        return sum(1 for p in self.pulls if p.awaiting)
+        return sum(1 for p in self.pulls if p.awaiting) + len(self.registrations)
 
     @property
     def num_stores(self) -> int:

@@ -25,7 +25,8 @@ from vllm.v1.core import kv_cache_utils  # noqa: E402
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
-from conformance.sched.suite import ENTRIES, SuiteEntry, regression_files  # noqa: E402
+from conformance.sched.suite import regression_files  # noqa: E402
+from conformance.sched.suite_entries import ENTRIES, SuiteEntry  # noqa: E402
 from conformance.systems.registry import resolve_system  # noqa: E402
 from impl.core.hashing import get_hash_fn_by_name, none_hash_from_env  # noqa: E402
 from workloads import AbortSpec, Workload, load  # noqa: E402

@@ -1,5 +1,6 @@
 """The default suite with a KV connector on: SimpleCPUOffloadConnector (eager and lazy), the
-OffloadingConnector (LRU with two-block chunks, ARC) and the NIXL P/D connector (`pd`). The
+OffloadingConnector (LRU with two-block chunks, ARC) and the NIXL P/D connector (`pd`, and
+`pd-push` in push mode). The
 twin's connectors must match upstream's exactly, transfers (events, jobs or pulls and reads),
 CPU-tier counts and external hits included,
 with `check_integrity()` over the pools and the connector's bookkeeping after every step.
@@ -20,7 +21,7 @@ PD_REPLAYS_OUT_OF_CI = ("mooncake", "azure")
 `vtwin conform --offload pd` runs them (exact against 0.32.0 and 0.33.0 when added)."""
 CASES = [(name, mode) for name in SUITE for mode in OFFLOAD_MODES
          if left_out(name, mode) is None
-         and not (mode == "pd" and name in PD_REPLAYS_OUT_OF_CI)]
+         and not (mode.startswith("pd") and name in PD_REPLAYS_OUT_OF_CI)]
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
@@ -35,7 +36,7 @@ def test_suite_workload_with_offload_reaches_exact(name: str, mode: str, pair: P
     divergence = result.divergence_at("exact")
     assert divergence is None, (f"{divergence.summary()} (run `vtwin conform --workload {name} "
                                 f"--offload {mode}` for the side-by-side report)")
-    if mode == "pd":
+    if mode.startswith("pd"):
         assert result.activity.loads > 0, "no request pulled its prompt: no gate"
     elif workload.config.enable_prefix_caching:
         assert result.activity.stores > 0, "the CPU tier stored nothing: no gate"
@@ -51,7 +52,7 @@ def test_the_offload_suite_loads_from_the_cpu_tier(pair: Pair) -> None:
     on the multi-turn and hybrid workloads, or the gate above would only check stores."""
     for name in ("multi-turn", "hybrid-sliding-window"):
         for mode in OFFLOAD_MODES:
-            if left_out(name, mode) is not None or mode == "pd":  # no CPU tier
+            if left_out(name, mode) is not None or mode.startswith("pd"):  # no CPU tier
                 continue
             result = run_lockstep(with_offload(SUITE[name].make(), mode), pair.twin,
                                   pair.reference)

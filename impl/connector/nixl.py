@@ -1,4 +1,5 @@
-"""`NixlConnectorScheduler`: the scheduler side of a prefill/decode (P/D) connector, pull mode.
+"""`NixlConnectorScheduler`: the scheduler side of a prefill/decode (P/D) connector, pull mode
+(push mode: `impl.connector.nixl_push`).
 
 One engine instance of a P/D pair (a `kv_both` instance may play either part per request):
 
@@ -83,12 +84,16 @@ class NixlConnectorScheduler:
                        for group in blocks.blocks)
         self._order_pull(request, PullOrder(local, cached, num_external_tokens > 0))
 
-    def _order_pull(self, request: Request, order: PullOrder) -> None:
+    def _order_pull(self, request: Request, order: PullOrder, *,
+                    waits: bool | None = None) -> None:
+        """Order the worker's transfer for a decode-side request, once per request. `waits`:
+        whether the request waits for it (default: the order's `awaiting`; push mode's order
+        says False while its request waits for the peer's write)."""
         assert request.kv_transfer is not None
         self._meta.reqs_to_recv[request.request_id] = order
-        if order.awaiting:
+        if order.awaiting if waits is None else waits:
             self._pulling[request.request_id] = request
-        request.kv_transfer.do_remote_prefill = False  # one pull per request
+        request.kv_transfer.do_remote_prefill = False  # one transfer per request
 
     # -- each step --------------------------------------------------------------------------
     def build_connector_meta(self, output: SchedulerOutput) -> NixlMetadata:

@@ -22,9 +22,16 @@ class PullOrder:
 class NixlMetadata:
     """One step's orders for the worker. `reqs_to_send`: prefills finished since the last step
     whose blocks now wait for the peer's read. `reqs_in_batch`: prefill-side requests admitted
-    this step. `reqs_not_processed`: prefill-side requests that ended without a read."""
+    this step. `reqs_not_processed`: prefill-side requests that ended without a read.
+
+    Push mode only (`impl.connector.nixl_push`): `push_registrations`, the decode-side
+    requests whose local blocks the worker announces to the prefill peer this step (the
+    blocks per group); `push_finished_blocks`, the prefills finished since the last step whose
+    blocks the worker writes to the decode peer once it has registered."""
 
     reqs_to_recv: dict[str, PullOrder] = field(default_factory=dict)
     reqs_to_send: list[str] = field(default_factory=list)
     reqs_in_batch: set[str] = field(default_factory=set)
     reqs_not_processed: set[str] = field(default_factory=set)
+    push_registrations: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
+    push_finished_blocks: dict[str, tuple[list[int], ...]] = field(default_factory=dict)

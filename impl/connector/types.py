@@ -65,15 +65,21 @@ class OffloadingSettings:
 
 @dataclass(frozen=True, slots=True)
 class NixlSettings:
-    """Upstream's NIXL connector (prefill/decode disaggregation, pull mode) on one instance.
-    `load_failure_policy`: what a failed pull does to its request, as for the CPU tier."""
+    """Upstream's NIXL connector (prefill/decode disaggregation) on one instance.
+    `load_failure_policy`: what a failed transfer does to its request, as for the CPU tier.
+    `transfer_mode`: `pull` (the decode side reads the prefill side's blocks) or `push` (the
+    decode side registers its blocks and the prefill side writes into them)."""
 
     load_failure_policy: str = "fail"
+    transfer_mode: str = "pull"
 
     def __post_init__(self) -> None:
         if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
             raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
                              f"(got {self.load_failure_policy!r})")
+        if self.transfer_mode not in ("pull", "push"):
+            raise ValueError("kv_connector.transfer_mode: must be 'pull' or 'push' "
+                             f"(got {self.transfer_mode!r})")
 
 
 @dataclass(slots=True)

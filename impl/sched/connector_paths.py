@@ -26,6 +26,7 @@ from mypy_extensions import trait
 
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.nixl import NixlConnectorScheduler
+from impl.connector.nixl_push import NixlPushConnectorScheduler
 from impl.connector.offloading.scheduler import (
     OffloadingConnectorScheduler,
     check_offloading_supported,
@@ -59,7 +60,9 @@ class ConnectorPaths(SchedulerState):
         self.recompute_kv_load_failures = False
         if isinstance(settings, NixlSettings):
             self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
-            self.connector = NixlConnectorScheduler(kv_cache_config)
+            self.connector = (NixlPushConnectorScheduler(kv_cache_config)
+                              if settings.transfer_mode == "push"
+                              else NixlConnectorScheduler(kv_cache_config))
         elif isinstance(settings, OffloadingSettings):
             check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
             self.connector = OffloadingConnectorScheduler(

@@ -38,6 +38,15 @@ def test_the_connector_and_the_parts_round_trip() -> None:
     assert written[1]["kv_transfer"] == {"role": "decode", "load_fails": True}
     plain = loads(text({"kv_connector": NIXL}))
     assert "kv_transfer" not in dumps(plain)
+    assert "transfer_mode" not in dumps(plain)  # pull, the default, is not written
+
+
+def test_push_mode_round_trips() -> None:
+    spec = {**NIXL, "transfer_mode": "push", "load_failure_policy": "fail",
+            "load_latency_steps": 1, "send_latency_steps": 1}
+    workload = loads(text({"kv_connector": spec}))
+    assert workload.config.kv_connector == KVConnectorConfig("nixl", transfer_mode="push")
+    assert json.loads(dumps(workload).splitlines()[0])["config"]["kv_connector"] == spec
 
 
 # field -> (config, request fields, message substring, line)
@@ -45,6 +54,8 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
     "config.kv_connector.send_latency_steps": (
         {"kv_connector": {**NIXL, "send_latency_steps": -1}}, {},
         "greater than or equal to 0 (got -1)", 1),
+    "config.kv_connector.transfer_mode": (
+        {"kv_connector": {**NIXL, "transfer_mode": "write"}}, {}, "'pull' or 'push'", 1),
     "config.kv_connector.num_cpu_blocks": (
         {"kv_connector": {**NIXL, "num_cpu_blocks": 4}}, {}, "unknown field", 1),
     "config.kv_cache_groups": (

@@ -76,6 +76,7 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
                    multimodal.unchunked),
             Family(pd.FAMILY, pd.SUMMARY, pd.generate),
             Family(pd.RECOMPUTE_FAMILY, pd.RECOMPUTE_SUMMARY, pd.recompute),
+            Family(pd.PUSH_FAMILY, pd.PUSH_SUMMARY, pd.push),
             Family(encoder_decoder.FAMILY, encoder_decoder.SUMMARY, encoder_decoder.generate),
             Family(encoder_decoder.WINDOW_FAMILY, encoder_decoder.WINDOW_SUMMARY,
                    encoder_decoder.window),

@@ -26,12 +26,17 @@ SUMMARY = ("the NIXL P/D connector on one instance: decode requests pulling thei
            "(one pull failing), prefills held for the peer's read, aborts around pulls")
 RECOMPUTE_FAMILY = "pd-disaggregation-recompute"
 RECOMPUTE_SUMMARY = f"{FAMILY} with load_failure_policy 'recompute' (a failed pull recomputes)"
+PUSH_FAMILY = "pd-disaggregation-push"
+PUSH_SUMMARY = (f"{FAMILY} with the connector in push mode (decode requests register their "
+                "blocks, the peer writes them)")
 
 
-def generate(seed: int, scale: float, name: str, policy: str = "fail") -> Workload:
+def generate(seed: int, scale: float, name: str, policy: str = "fail",
+             transfer_mode: str = "pull") -> Workload:
     rng = rng_for(FAMILY, seed)
     connector = KVConnectorConfig("nixl", load_failure_policy=policy,  # type: ignore[arg-type]
-                                  load_latency_steps=2, send_latency_steps=3)
+                                  load_latency_steps=2, send_latency_steps=3,
+                                  transfer_mode=transfer_mode)  # type: ignore[arg-type]
     config = EngineConfig(block_size=16, num_blocks=30, max_num_seqs=6,
                           max_num_batched_tokens=192, max_model_len=384,
                           long_prefill_token_threshold=96, kv_connector=connector)
@@ -77,3 +82,9 @@ def recompute(seed: int, scale: float, name: str) -> Workload:
     workload = generate(seed, scale, name, policy="recompute")
     return replace(workload, description=workload.description.replace(
         SUMMARY, RECOMPUTE_SUMMARY).replace(FAMILY, RECOMPUTE_FAMILY, 1))
+
+
+def push(seed: int, scale: float, name: str) -> Workload:
+    workload = generate(seed, scale, name, transfer_mode="push")
+    return replace(workload, description=workload.description.replace(
+        SUMMARY, PUSH_SUMMARY).replace(FAMILY, PUSH_FAMILY, 1))

@@ -3,10 +3,11 @@
 A drawn workload from `strategies.workloads` on one full-attention group (what the twin's NIXL
 connector models) gets the connector, and each plain request a part in a P/D pair: none, the
 prefill side (half of them capped at one token, as a router sends them), or the decode side,
-whose pull fails as a whole one time in five. Pull and read latencies 0 to 3 steps, both
-failure policies; half the draws cut the GPU pool to just above the longest request, so pulls
-wait for blocks, held prefills crowd the pool and requests are preempted mid-decode. Up to two
-operator resets of the prefix cache and the connector's cache land while requests run.
+whose pull fails as a whole one time in five. Pull mode or push mode (registrations the peer
+writes into), pull and read latencies 0 to 3 steps, both failure policies; half the draws cut
+the GPU pool to just above the longest request, so pulls wait for blocks, held prefills crowd
+the pool and requests are preempted mid-decode. Up to two operator resets of the prefix cache
+and the connector's cache land while requests run.
 
 Imported by tests only (it needs Hypothesis).
 """
@@ -56,6 +57,7 @@ def pd_workloads(draw: Any, max_requests: int = 10) -> Workload:
     num_blocks = draw_gpu_pool(draw, workload)
     connector = KVConnectorConfig(
         "nixl",
+        transfer_mode=draw(st.sampled_from(["pull", "push"]), label="transfer mode"),
         load_failure_policy=draw(st.sampled_from(["fail", "recompute"]), label="policy"),
         load_latency_steps=draw(st.integers(0, 3), label="pull latency"),
         send_latency_steps=draw(st.integers(0, 3), label="read latency"),
