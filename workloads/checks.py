@@ -32,6 +32,7 @@ from workloads.model import (
 from workloads.models import plan_engine_groups
 from workloads.multimodal import MultimodalConfig, MultimodalItem, check_items
 from workloads.pd import KVTransferSpec, check_kv_transfer
+from workloads.pd_pair import check_pd_pair, pd_pair_of
 from workloads.prompts import TokenSource
 from workloads.schema import (
     AbortModel,
@@ -167,7 +168,7 @@ def build_workload(
         )
     resolve_arrivals(built, head.step_ms, config.max_model_len, source)
     ordered = sorted(built.values(), key=lambda r: r.record.arrival_step)
-    return Workload(
+    workload = Workload(
         name=head.name,
         description=head.description,
         config=config,
@@ -182,7 +183,12 @@ def build_workload(
                                   c.record.mode, _reset_connector(c, config, source)))
              for c in controls or ()],
             lambda line, field, problem: WorkloadError(source, line, field, problem)),
+        pd_pair=pd_pair_of(head.pd_pair),
     )
+    if workload.pd_pair is not None:
+        check_pd_pair(workload, lambda line, field, problem: WorkloadError(
+            source, line, field, problem), {r: item.line for r, item in built.items()})
+    return workload
 
 
 def _reset_connector(control: Located[ControlModel], config: EngineConfig,

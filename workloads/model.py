@@ -14,7 +14,7 @@ from typing import Any, Literal
 from workloads.controls import ControlSpec
 from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
-from workloads.pd import KVTransferSpec
+from workloads.pd import KVTransferSpec, PDPairSpec
 from workloads.streaming import StreamChunk
 
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
@@ -393,6 +393,7 @@ class Workload:
     token_seed: int = 0
     step_ms: float | None = None
     controls: tuple[ControlSpec, ...] = ()  # operations between steps, by step
+    pd_pair: PDPairSpec | None = None  # two instances behind a router (`workloads.pd_pair`)
 
     def __post_init__(self) -> None:
         steps = [r.arrival_step for r in self.requests]

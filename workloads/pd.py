@@ -62,3 +62,23 @@ def check_kv_transfer(spec: KVTransferSpec, connector_type: str | None, *,
                                  ("mm_items", has_mm, "carry multimodal items")):
         if present:
             raise fail(field, f"a P/D request (kv_transfer) cannot {what} yet")
+
+
+@dataclass(frozen=True, slots=True)
+class PDPairSpec:
+    """A workload's P/D pair: both instances behind the harness's router (`workloads.pd_pair`
+    runs it): the router's latency and the decode instance's overrides of the workload's
+    config (None: the prefill instance's value)."""
+
+    router_latency_steps: int = 0
+    decode_num_blocks: int | None = None
+    decode_max_num_seqs: int | None = None
+    decode_max_num_batched_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        decode = {name: value for name, value in (
+            ("num_blocks", self.decode_num_blocks), ("max_num_seqs", self.decode_max_num_seqs),
+            ("max_num_batched_tokens", self.decode_max_num_batched_tokens))
+            if value is not None}
+        return {"router_latency_steps": self.router_latency_steps,
+                **({"decode": decode} if decode else {})}

@@ -107,6 +107,17 @@ class NixlModel(_Strict):
     send_latency_steps: NonNegInt = 1
 
 
+class PDPairDecodeModel(_Strict):
+    num_blocks: Annotated[int, Field(ge=2)] | None = None
+    max_num_seqs: PosInt | None = None
+    max_num_batched_tokens: PosInt | None = None
+
+
+class PDPairModel(_Strict):
+    router_latency_steps: NonNegInt = 0
+    decode: PDPairDecodeModel = Field(default_factory=PDPairDecodeModel)
+
+
 class KVTransferModel(_Strict):
     role: Literal["prefill", "decode"]
     load_fails: bool = False
@@ -172,6 +183,7 @@ class HeaderModel(_Strict):
     token_seed: NonNegInt = 0
     step_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     config: EngineConfigModel = Field(default_factory=EngineConfigModel)
+    pd_pair: PDPairModel | None = None
 
 
 class SegmentModel(_Strict):

@@ -36,6 +36,8 @@ def header_record(workload: Workload) -> dict[str, Any]:
     }
     if workload.step_ms is not None:
         record["step_ms"] = workload.step_ms
+    if workload.pd_pair is not None:
+        record["pd_pair"] = workload.pd_pair.to_dict()
     return record
 
 

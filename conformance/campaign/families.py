@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from vtwin.errors import UserError
-from workloads.generators import FAMILIES, generate
+from workloads.generators import FAMILIES, PAIR_FAMILIES, generate
 from workloads.model import EngineConfig, Workload
 
 HYPOTHESIS = "hypothesis"
@@ -37,8 +37,10 @@ policy and scheduling mode as written."""
 
 
 def family_names() -> tuple[str, ...]:
-    """Every family a campaign knows, in the order `--families all` runs them."""
-    return (*FAMILIES, HYPOTHESIS)
+    """Every family a campaign knows, in the order `--families all` runs them. The P/D pair
+    families are not among them: a campaign compares one instance per workload, and a pair
+    runs two (`vtwin conform` and the suite run them)."""
+    return (*(f for f in FAMILIES if f not in PAIR_FAMILIES), HYPOTHESIS)
 
 
 def parse_families(text: str) -> tuple[str, ...]:
@@ -76,7 +78,7 @@ def workload_for(family: str, seed: int,
 def _workload_for(family: str, seed: int) -> tuple[Workload, dict[str, Any]]:
     if family == HYPOTHESIS:
         return _hypothesis_workload(seed), {}
-    if family not in FAMILIES:
+    if family not in FAMILIES or family in PAIR_FAMILIES:
         raise UserError(f"unknown campaign family {family!r} (known: {', '.join(family_names())})")
     rng = random.Random(f"vtwin/campaign/{family}/{seed}")
     scale = rng.choice(SCALES)

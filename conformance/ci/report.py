@@ -98,6 +98,7 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
                                              "test_connector_"),
      "the suite with the CPU offload tier on against upstream's connector, the played "
      "transfer worker, planted load failures, any connector's scheduler side (connector-check), "
+     "P/D pairs (two instances behind the router, the worker between them), "
      "the OffloadingConnector's CPU manager (LRU, ARC) in lockstep with upstream's"),
     ("Forks and plugins", ("test_continuum_", "test_plugin_"),
      "the Continuum fork (seed 002) as a System against the twin's policy, the FCFS/Continuum "

@@ -48,6 +48,10 @@ class Arrivals:
     def __bool__(self) -> bool:
         return bool(self._heap or self._followers)
 
+    def add(self, step: int, request: RequestSpec) -> None:
+        """A request sent during the run (a P/D pair's router), arriving at `step`."""
+        self._push(step, request)
+
     def due(self, step: int) -> Iterator[RequestSpec]:
         """The requests arriving at `step` (or before), in arrival order."""
         while self._heap and self._heap[0][0] <= step:

@@ -30,8 +30,9 @@ from tqdm import tqdm
 
 from conformance.sched.compare import Divergence, check_level
 from conformance.sched.divergences import KnownDivergence, find_waiver, stale_entries
-from conformance.sched.lockstep import LockstepResult, run_lockstep, trace_name
+from conformance.sched.lockstep import LockstepResult, trace_name
 from conformance.sched.offload_suite import left_out, with_offload
+from conformance.sched.pd_pair import run_instances
 from conformance.sched.startup import start_systems, upstream_logs
 from conformance.sched.suite import SUITE, resolve_workload
 from conformance.systems.protocol import close_system
@@ -198,21 +199,24 @@ def _run_all(resolved: list[tuple[Workload, int]], left: Any, right: Any, level:
         if bar.disable:
             say(f"[{index}/{total}] {workload.name}: {len(workload.requests)} requests ...")
         bar.set_description(workload.name)
-        result = run_lockstep(
+        # A P/D pair's two instances come back as two results (`NAME@prefill`, `@decode`).
+        results = run_instances(
             workload, left, right, trace_dir=trace_dir, max_steps=max_steps,
             integrity_every=every if integrity_every is None else integrity_every,
             progress_every=progress_every if bar.disable else min(progress_every, 50),
             progress=progress,
         )
-        verdict, waiver = judge(result, level, known)
         entry = SUITE.get(workload.name)
-        traces = () if trace_dir is None else tuple(
-            f"{trace_dir.name}/{trace_name(workload.name, side, name)}"
-            for side, name in (("left", result.left), ("right", result.right)))
-        outcomes.append(WorkloadOutcome(workload.name, workload.description,
-                                        len(workload.requests), level, verdict, result, waiver,
-                                        workload, entry.covers if entry else "", traces))
-        say(f"[{index}/{total}] {_line(outcomes[-1])}")
+        for result in results:
+            verdict, waiver = judge(result, level, known)
+            traces = () if trace_dir is None or workload.pd_pair is not None else tuple(
+                f"{trace_dir.name}/{trace_name(workload.name, side, name)}"
+                for side, name in (("left", result.left), ("right", result.right)))
+            outcomes.append(WorkloadOutcome(result.workload, workload.description,
+                                            len(workload.requests), level, verdict, result,
+                                            waiver, workload, entry.covers if entry else "",
+                                            traces))
+            say(f"[{index}/{total}] {_line(outcomes[-1])}")
         bar.update(1)
     bar.close()
     return outcomes

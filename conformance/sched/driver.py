@@ -16,7 +16,7 @@ goes to a `LivenessMonitor` (`liveness.py`): a run that stops making progress ra
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from conformance.sched.arrivals import Arrivals
@@ -45,6 +45,7 @@ from conformance.systems.protocol import (
     Transfers,
     Update,
 )
+from vtwin.errors import UserError
 from workloads.model import RequestSpec, Workload
 
 BATCH_QUEUE_DEPTH = 2
@@ -102,6 +103,10 @@ class Driver:
         `snapshot_before`: take the before-step snapshot (only traces show it; it costs a
         pass over the block pool per step). `stall_patience`: idle steps before `Stalled`
         (default `liveness.STALL_PATIENCE`)."""
+        if workload.pd_pair is not None:
+            raise UserError(f"workload {workload.name!r} is a P/D pair (pd_pair): its two "
+                            "instances run together through `vtwin conform` "
+                            "(conformance.sched.pd_pair), not one driver")
         self.system = system
         self.workload = workload
         self.config = workload.config
@@ -124,6 +129,9 @@ class Driver:
         self._report: ConnectorReport | None = None  # the applied batch's connector report
         self.liveness = LivenessMonitor(workload) if stall_patience is None else \
             LivenessMonitor(workload, stall_patience)
+        # Whether another instance this one waits on is still at work (a P/D pair's peer:
+        # `conformance.sched.pd_pair`); while it is, idle steps here are not a stall.
+        self.waits_on_peer: Callable[[], bool] = lambda: False
 
     def _stalled(self, step: int, reason: str, detail: str) -> Stalled:
         return Stalled(self.system.name, self.workload.name, step, reason, detail,
@@ -186,7 +194,8 @@ class Driver:
                 # A pending control (an unpause, a reset) or a session's next input part may
                 # be what the run waits for.
                 aborting=aborting or bool(applied_controls),
-                aborts_pending=bool(aborts) or bool(controls) or bool(parts) or bool(grammars),
+                aborts_pending=bool(aborts) or bool(controls) or bool(parts) or bool(grammars)
+                or self.waits_on_peer(),
                 unfinished=self.system.has_requests() or bool(self._queue),
                 state=self.system.state)
             if stall is not None:

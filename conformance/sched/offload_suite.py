@@ -46,6 +46,8 @@ NOT_OFFLOADED: dict[str, str] = {
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
     "pd-disaggregation-push": "runs the NIXL P/D connector already",
+    "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",
+    "pd-pair-push": "a P/D pair runs the NIXL connector already, on both instances",
     "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",

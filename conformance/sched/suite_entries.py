@@ -261,6 +261,13 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "empty order for one aborted before it registered), the write failing as a "
                "whole, prefills handing the worker the blocks to write and holding them "
                "until written", _bundled("pd-disaggregation-push")),
+    SuiteEntry("pd-pair", "a prefill and a decode instance behind the harness's router, each "
+               "compared step by step: prefills held until the decode side has pulled them, "
+               "a small decode pool backing the prefill side up into preemption, a failing "
+               "transfer, aborts while prefilling, while held and while decoding",
+               _bundled("pd-pair")),
+    SuiteEntry("pd-pair-push", "the P/D pair with the connector in push mode (the decode "
+               "side registers, the prefill side writes)", _bundled("pd-pair-push")),
     SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
                "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
                "their late reports ignored, requests offering their chunks again",

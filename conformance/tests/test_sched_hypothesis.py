@@ -22,12 +22,14 @@ from hypothesis import given, note, target
 
 from conformance.sched.activity import Activity
 from conformance.sched.lockstep import LockstepResult, run_lockstep
+from conformance.sched.pd_pair import run_instances
 from conformance.sched.strategies.controls import control_workloads
 from conformance.sched.strategies.encoder_decoder import encoder_decoder_workloads
 from conformance.sched.strategies.grammar import grammar_workloads
 from conformance.sched.strategies.multimodal import multimodal_workloads
 from conformance.sched.strategies.offload import offload_workloads, offloading_workloads
 from conformance.sched.strategies.pd import pd_workloads
+from conformance.sched.strategies.pd_pair import pd_pair_workloads
 from conformance.sched.strategies.pooling import pooling_workloads
 from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
@@ -83,6 +85,23 @@ def test_generated_pd_workloads_match_upstream_exactly(pair: Pair, workload: Wor
     prefills and preemptions (tight pools with blocks held for a peer)."""
     _steered_exact(pair, workload, lambda a: {
         "pulls": a.loads, "reads": a.stores, "preemptions": a.preemptions})
+
+
+@given(pd_pair_workloads())
+def test_generated_pd_pair_workloads_match_upstream_exactly(pair: Pair,
+                                                            workload: Workload) -> None:
+    """P/D pairs (`strategies.pd_pair`): both instances behind the router, each compared
+    step by step; the format accepts every drawn pair; steered toward transfers, preemptions
+    on either instance and held prefills."""
+    loads(dumps(workload), source=workload.name)
+    prefill, decode = run_instances(workload, pair.twin, pair.reference, integrity_every=1)
+    note(dumps(workload))
+    target(float(decode.activity.loads), label="transfers")
+    target(float(prefill.activity.preemptions + decode.activity.preemptions),
+           label="preemptions")
+    target(float(prefill.activity.stores), label="held prefills")
+    for result in (prefill, decode):
+        _assert_exact(workload, result)
 
 
 @given(multimodal_workloads())

@@ -25,6 +25,7 @@ from workloads.generators import (
     multimodal,
     offload,
     pd,
+    pd_pair,
     pooling,
     preemption_storm,
     prefix_sharing,
@@ -77,12 +78,17 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(pd.FAMILY, pd.SUMMARY, pd.generate),
             Family(pd.RECOMPUTE_FAMILY, pd.RECOMPUTE_SUMMARY, pd.recompute),
             Family(pd.PUSH_FAMILY, pd.PUSH_SUMMARY, pd.push),
+            Family(pd_pair.FAMILY, pd_pair.SUMMARY, pd_pair.generate),
+            Family(pd_pair.PUSH_FAMILY, pd_pair.PUSH_SUMMARY, pd_pair.push),
+            Family(pd_pair.RECOMPUTE_FAMILY, pd_pair.RECOMPUTE_SUMMARY, pd_pair.recompute),
             Family(encoder_decoder.FAMILY, encoder_decoder.SUMMARY, encoder_decoder.generate),
             Family(encoder_decoder.WINDOW_FAMILY, encoder_decoder.WINDOW_SUMMARY,
                    encoder_decoder.window),
         )
     }
 )
+PAIR_FAMILIES = frozenset({pd_pair.FAMILY, pd_pair.PUSH_FAMILY, pd_pair.RECOMPUTE_FAMILY})
+"""Families whose workloads are P/D pairs (two instances: `workloads.pd_pair`)."""
 
 
 def generate(family: str, seed: int = 0, scale: float = 1.0) -> Workload:

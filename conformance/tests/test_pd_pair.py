@@ -1,0 +1,97 @@
+"""A P/D pair run end to end (`conformance.sched.pd_pair`): the router sends a request on to
+the decode instance when its prefill hands it on, drops one the client aborted first (the
+prefill side then frees its blocks), the decode instance pulls, the prefill side frees once
+the pull landed, nothing leaks; one driver alone refuses a pair; and a twin bug on the decode
+side is reported on the decode instance, with upstream as the reference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.sched.driver import Driver
+from conformance.sched.pd_pair import run_instances, run_pd_pair
+from conformance.sched.record import StepRecord
+from conformance.systems.registry import resolve_system
+from conformance.tests.reference import Pair
+from vtwin.errors import UserError
+from workloads import Workload, loads
+from workloads.pd_pair import decode_side, prefill_side
+
+HEADER = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "pair",
+          "config": {"block_size": 16, "num_blocks": 24, "max_model_len": 256,
+                     "max_num_batched_tokens": 256,
+                     "kv_connector": {"type": "nixl", "load_latency_steps": 1}},
+          "pd_pair": {"router_latency_steps": 2, "decode": {"num_blocks": 20}}}
+REQUESTS = [
+    {"type": "request", "request_id": "a", "arrival_step": 0, "prompt": {"length": 40},
+     "max_tokens": 4},
+    {"type": "request", "request_id": "b", "arrival_step": 0, "prompt": {"length": 40},
+     "max_tokens": 4},
+    {"type": "abort", "request_id": "b", "step": 1},  # held on the prefill side by then
+]
+
+
+def pair_workload() -> Workload:
+    return loads("\n".join(json.dumps(r) for r in [HEADER, *REQUESTS]) + "\n")
+
+
+def scheduled(records: list[StepRecord], rid: str) -> list[int]:
+    return [r.step for r in records if rid in dict(r.num_scheduled_tokens)]
+
+
+def test_the_router_hands_prefills_on_and_drops_what_the_client_aborted() -> None:
+    twin = resolve_system("impl")
+    result = run_pd_pair(pair_workload(), twin, twin)
+    for instance in result.results:
+        assert instance.error is None and instance.stall is None, instance
+        assert instance.divergences == ()  # the twin against itself
+    prefill, decode = result.prefill, result.decode
+    assert (prefill.workload, decode.workload) == ("pair@prefill", "pair@decode")
+    # Both prefills run in step 0 and are held; "a" reaches the decode side at step 2 (the
+    # router's latency), pulls there, and the prefill side frees it after the pull landed.
+    assert prefill.activity.stores == 2 and decode.activity.loads == 1
+    assert decode.left_series.waiting[:5] == (0, 0, 1, 1, 0)  # a waits for its pull, 2-3
+    assert prefill.left_series.active[0] == 6  # two prompts of three blocks, held
+    assert prefill.left_series.active[-1] == 0 and decode.left_series.active[-1] == 0
+
+
+def test_the_decode_instance_never_sees_a_request_aborted_before_it_arrived() -> None:
+    from conformance.sched.pd_pair import _run_side
+
+    twin, workload = resolve_system("impl"), pair_workload()
+    systems = (twin(prefill_side(workload).config), twin(decode_side(workload).config))
+    prefill, decode = _run_side(workload, systems, 1, None)
+    assert prefill.records is not None and decode.records is not None
+    assert scheduled(prefill.records, "b") == [0]
+    assert scheduled(decode.records, "b") == []
+    assert [r.step for r in decode.records if "a" in dict(r.external_hits)] == [2]
+    sends = {rid: r.step for r in prefill.records if r.connector_report is not None
+             for rid in r.connector_report.finished_sends}
+    # b: dropped at step 1, heard at 2; a: pulled at 2, landed at 3, heard at 4.
+    assert sends == {"b": 2, "a": 4}
+
+
+def test_one_driver_refuses_a_pair() -> None:
+    with pytest.raises(UserError, match="is a P/D pair"):
+        Driver(resolve_system("impl")(pair_workload().config), pair_workload())
+
+
+@pytest.mark.oracle
+def test_a_decode_side_bug_is_reported_on_the_decode_instance(
+        pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    from impl.connector.nixl import NixlConnectorScheduler
+
+    claim = NixlConnectorScheduler.get_num_new_matched_tokens
+
+    def one_short(self: NixlConnectorScheduler, request: object,
+                  num_computed_tokens: int) -> tuple[int | None, bool]:
+        count, load = claim(self, request, num_computed_tokens)  # type: ignore[arg-type]
+        return (count - 1 if count else count), load
+
+    monkeypatch.setattr(NixlConnectorScheduler, "get_num_new_matched_tokens", one_short)
+    prefill, decode = run_instances(pair_workload(), pair.twin, pair.reference)
+    assert prefill.divergence_at("exact") is None  # the prefill side is not where it is
+    divergence = decode.divergence_at("exact")
+    assert divergence is not None and divergence.step == 2, decode.divergences
