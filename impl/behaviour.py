@@ -115,6 +115,15 @@ class Behaviour:
     engine stops at once. Seen on the Hypothesis offloading family with connector resets: a
     reset while a finished request's store is in flight is followed by an empty step."""
 
+    offloading_notes_every_allocation: bool
+    """0.33, the OffloadingConnector's scheduler side: every allocation it hears of counts as
+    blocks handed out (a finished request's store reading one of them is flushed), also one
+    for which it loads nothing; 0.32 counts only its own loads' blocks and the scheduler's
+    output. The same with the connector alone (the output lists every scheduled allocation);
+    under a MultiConnector a NIXL decode request's blocks, allocated for its pull and not
+    scheduled, flush a store in 0.33 only. Seen on the Hypothesis P/D family with a CPU tier
+    asked second."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -138,6 +147,7 @@ BEHAVIOUR_0_32 = Behaviour(
     encoder_budget_cut_without_lookahead=False,
     offloading_reset_fence=False,
     eagle_lookahead_block_hashes=False,
+    offloading_notes_every_allocation=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -156,6 +166,7 @@ BEHAVIOUR_0_33 = Behaviour(
     encoder_budget_cut_without_lookahead=True,
     offloading_reset_fence=True,
     eagle_lookahead_block_hashes=True,
+    offloading_notes_every_allocation=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

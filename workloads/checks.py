@@ -92,7 +92,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
             f"{model.max_model_len} ({needed} blocks of {model.block_size})",
         )
-    if model.kv_connector is not None and model.kv_connector.type == "nixl" and (
+    if "nixl" in _connector_types(model) and (
             [g.type for g in model.kv_cache_groups] != ["full"]):
         raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
                    "group only (hybrid exchanges clip their block lists; not modelled yet)")
@@ -139,6 +139,14 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         per_request_spec_decode_metrics=model.per_request_spec_decode_metrics,
         spec_method=model.spec_method,
     )
+
+
+def _connector_types(model: EngineConfigModel) -> set[str]:
+    """The connector's type and, for a MultiConnector, its connectors' types."""
+    connector = model.kv_connector
+    if connector is None:
+        return set()
+    return {connector.type, *(c.type for c in getattr(connector, "connectors", ()))}
 
 
 def build_workload(
@@ -283,6 +291,7 @@ def _request(
         kv_transfer = KVTransferSpec(rec.kv_transfer.role, rec.kv_transfer.load_fails,
                                      rec.kv_transfer.pull_lost)
         check_kv_transfer(kv_transfer, None if config.kv_connector is None
+                          else "nixl" if config.kv_connector.part("nixl") is not None
                           else config.kv_connector.type, continues=rec.after is not None,
                           streaming=rec.stream_end_step is not None, has_mm=bool(mm_items),
                           fail=fail)

@@ -26,7 +26,13 @@ from workloads.model import (
     RequestSpec,
     gap_steps,
 )
-from workloads.schema import ContinuumModel, KVConnectorModel, NixlModel, OffloadingModel
+from workloads.schema import (
+    ContinuumModel,
+    KVConnectorModel,
+    MultiModel,
+    NixlModel,
+    OffloadingModel,
+)
 
 if TYPE_CHECKING:
     from workloads.located import Located
@@ -43,7 +49,7 @@ def continuum_config(model: ContinuumModel | None, policy: str, step_ms: float |
     return ContinuumConfig(model.ttl_ms, model.estimator, model.threshold_ms, step_ms)
 
 
-def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | None,
+def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | MultiModel | None,
                      num_groups: int, block_size: int,
                      fail: Callable[[str, str], WorkloadError]) -> KVConnectorConfig | None:
     """The KV connector's settings. Planned load failures name blocks by id, which only one
@@ -51,6 +57,14 @@ def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | Non
     offloaded chunk is a whole number of GPU blocks."""
     if model is None:
         return None
+    if isinstance(model, MultiModel):
+        kinds = sorted(c.type for c in model.connectors)
+        if kinds != ["nixl", "offloading"]:
+            raise fail("kv_connector.connectors", "a MultiConnector is modelled for one 'nixl' "
+                       f"and one 'offloading' connector (P/D with a CPU tier; got {kinds})")
+        parts = tuple(connector_config(c, num_groups, block_size, fail)
+                      for c in model.connectors)
+        return KVConnectorConfig("multi", connectors=tuple(p for p in parts if p is not None))
     if isinstance(model, OffloadingModel):
         size = model.offloaded_block_size
         if size is not None and size % block_size:

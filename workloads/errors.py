@@ -35,14 +35,18 @@ TAGGED_UNION_FIELDS = frozenset({"kv_connector"})
 """Fields whose value is one of several models picked by its `type`: pydantic puts the chosen
 model's tag after the field name in an error's location, which no file spells, so it is left
 out of the path."""
+TAGGED_UNION_LISTS = frozenset({"connectors"})
+"""The same for lists of such values: the tag follows the item's index."""
 
 
 def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
     """Render a pydantic location like ``("prompt", "segments", 2, "length")``."""
     out = prefix
     for index, part in enumerate(loc):
-        if (0 < index < len(loc) - 1 and loc[index - 1] in TAGGED_UNION_FIELDS
-                and isinstance(part, str)):
+        if isinstance(part, str) and 0 < index < len(loc) - 1 and (
+                loc[index - 1] in TAGGED_UNION_FIELDS
+                or (index > 1 and isinstance(loc[index - 1], int)
+                    and loc[index - 2] in TAGGED_UNION_LISTS)):
             continue  # the union member's tag
         if isinstance(part, int):
             out += f"[{part}]"

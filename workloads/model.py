@@ -122,6 +122,10 @@ class KVConnectorConfig:
     chunk needs before it is stored (below 2: every offer); `offload_prompt_only`: store
     prompt chunks only (upstream's default).
 
+    `type` "multi": upstream's MultiConnector over `connectors` (a `nixl` and an `offloading`
+    one, in either order: P/D with a CPU tier); the first that claims a request's tokens
+    loads them.
+
     `type` "nixl": upstream's NIXL connector on one instance of a prefill/decode pair
     (`workloads.pd`); a request's pull lands `load_latency_steps` after it is asked for, a
     finished prefill's blocks are read by the peer `send_latency_steps` after they are
@@ -130,7 +134,7 @@ class KVConnectorConfig:
     writes them (`load_latency_steps` after the registration is handed out), and a finished
     prefill's blocks are written to the decode peer (`send_latency_steps` after)."""
 
-    type: Literal["simple_cpu_offload", "offloading", "nixl"] = "simple_cpu_offload"
+    type: Literal["simple_cpu_offload", "offloading", "nixl", "multi"] = "simple_cpu_offload"
     num_cpu_blocks: int = 1024
     lazy_offload: bool = False
     load_failure_policy: Literal["fail", "recompute"] = "fail"
@@ -144,10 +148,20 @@ class KVConnectorConfig:
     offload_prompt_only: bool = True
     send_latency_steps: int = 1
     transfer_mode: Literal["pull", "push"] = "pull"
+    connectors: tuple[KVConnectorConfig, ...] = ()  # type "multi": its connectors, in order
+
+    def part(self, kind: str) -> KVConnectorConfig | None:
+        """This connector if it is of type `kind`, or a MultiConnector's connector of that
+        type (None: neither)."""
+        if self.type == kind:
+            return self
+        return next((c for c in self.connectors if c.type == kind), None)
 
     def to_dict(self) -> dict[str, Any]:
         latency = {"load_latency_steps": self.load_latency_steps,
                    "store_latency_steps": self.store_latency_steps}
+        if self.type == "multi":
+            return {"type": self.type, "connectors": [c.to_dict() for c in self.connectors]}
         if self.type == "nixl":
             return {"type": self.type,
                     **({"transfer_mode": "push"} if self.transfer_mode == "push" else {}),

@@ -107,6 +107,16 @@ class NixlModel(_Strict):
     send_latency_steps: NonNegInt = 1
 
 
+class MultiModel(_Strict):
+    """Upstream's MultiConnector over connectors in order (the first that claims a request's
+    tokens loads them)."""
+
+    type: Literal["multi"]
+    connectors: Annotated[list[Annotated[NixlModel | OffloadingModel,
+                                         Field(discriminator="type")]],
+                          Field(min_length=2, max_length=2)]
+
+
 class PDPairDecodeModel(_Strict):
     num_blocks: Annotated[int, Field(ge=2)] | None = None
     max_num_seqs: PosInt | None = None
@@ -162,7 +172,7 @@ class EngineConfigModel(_Strict):
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
     continuum: ContinuumModel | None = None
-    kv_connector: Annotated[KVConnectorModel | OffloadingModel | NixlModel,
+    kv_connector: Annotated[KVConnectorModel | OffloadingModel | NixlModel | MultiModel,
                             Field(discriminator="type")] | None = None
     multimodal: MultimodalModel | None = None
     log_stats: bool = True

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from conformance.sched.arrivals import Arrivals
 from conformance.sched.job_worker import JobWorker
 from conformance.sched.liveness import DriverStalled, LivenessMonitor, Stalled
+from conformance.sched.multi_worker import MultiWorker
 from conformance.sched.pd_worker import PDWorker
 from conformance.sched.record import StepRecord, cached_digest
 from conformance.sched.runner import FakeRunner
@@ -38,6 +39,7 @@ from conformance.systems.protocol import (
     CacheEvent,
     ConnectorReport,
     JobTransfers,
+    MultiTransfers,
     RunnerOutput,
     Scheduled,
     System,
@@ -116,10 +118,11 @@ class Driver:
         self.runner = FakeRunner(workload, workload.config.async_scheduling)
         # The connector's worker side (`transfers`): None without a connector.
         connector = workload.config.kv_connector
-        self.transfers: TransferWorker | JobWorker | PDWorker | None = (
+        self.transfers: TransferWorker | JobWorker | PDWorker | MultiWorker | None = (
             None if connector is None
             else JobWorker(connector) if connector.type == "offloading"
             else PDWorker(workload) if connector.type == "nixl"
+            else MultiWorker(workload) if connector.type == "multi"
             else TransferWorker(connector))
         self._queue: deque[tuple[int, Scheduled, RunnerOutput]] = deque()
         self.arrivals = Arrivals(workload)
@@ -245,6 +248,10 @@ class Driver:
         """The model runner's output, with the connector worker's report of this step."""
         output = self.runner.execute(scheduled, drafts_resolved)
         worker = self.transfers
+        if isinstance(worker, MultiWorker):
+            if scheduled.remote is None or scheduled.jobs is None:
+                return output
+            return replace(output, connector=worker.run(step, scheduled.remote, scheduled.jobs))
         if isinstance(worker, PDWorker):
             if scheduled.remote is None:
                 return output
@@ -323,7 +330,9 @@ class Driver:
             scheduler_stats=None if update is None else update.scheduler_stats,
             free_head=after.free_head,
             cached_digest=cached_digest(after.cached_ids),
-            transfers=None if s is None else s.transfers or s.jobs or s.remote,
+            transfers=None if s is None else (
+                MultiTransfers(s.remote, s.jobs) if s.remote is not None and s.jobs is not None
+                else s.transfers or s.jobs or s.remote),
             external_hits=() if s is None else s.external_hits,
             connector_report=self._report if applied is not None else None,
             cpu_blocks=after.cpu_blocks,

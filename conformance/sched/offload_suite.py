@@ -6,7 +6,9 @@ the GPU and come back from the CPU. Mode `pd` puts the NIXL prefill/decode conne
 instead (`workloads.pd`): of the requests that may take a part, every third pulls its prompt
 from a modelled prefill peer (the second of those pulls fails as a whole) and every third is
 a prefill whose blocks wait for the peer's read. Mode `pd-push` does the same with the
-connector in push mode (decode requests register their blocks, the peer writes them).
+connector in push mode (decode requests register their blocks, the peer writes them), and
+`pd-offloading` under a MultiConnector: the NIXL connector asked first, the OffloadingConnector
+(a CPU tier twice the original GPU pool) beside it.
 
 The CPU pool is twice the original GPU pool: big enough to hold everything the GPU ever
 caches. With a smaller one lazy offload never idles (every step re-copies blocks the CPU LRU
@@ -22,7 +24,7 @@ from workloads.model import KVConnectorConfig, RequestSpec, Workload
 from workloads.pd import KVTransferSpec
 
 OFFLOAD_MODES: tuple[str, ...] = ("eager", "lazy", "offloading", "offloading-arc", "pd",
-                                  "pd-push")
+                                  "pd-push", "pd-offloading")
 
 NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba": "mamba 'align' boundary-state hand-offs to the CPU tier are not modelled "
@@ -46,6 +48,8 @@ NOT_OFFLOADED: dict[str, str] = {
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
     "pd-disaggregation-push": "runs the NIXL P/D connector already",
+    "pd-offloading": "runs the NIXL connector and the OffloadingConnector already",
+    "pd-offloading-cpu-first": "runs the NIXL connector and the OffloadingConnector already",
     "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-push": "a P/D pair runs the NIXL connector already, on both instances",
     "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
@@ -90,9 +94,10 @@ def left_out(name: str, mode: str) -> str | None:
     """Why suite workload `name` is left out of the offload suite in `mode` (None: it runs)."""
     if name in NOT_OFFLOADED:
         return NOT_OFFLOADED[name]
-    if mode.startswith("pd"):
-        return NOT_IN_PD.get(name)
-    return NOT_OFFLOADED_BY_OFFLOADING.get(name) if mode.startswith("offloading") else None
+    why = NOT_IN_PD.get(name) if mode.startswith("pd") else None
+    if why is None and (mode.startswith("offloading") or mode == "pd-offloading"):
+        why = NOT_OFFLOADED_BY_OFFLOADING.get(name)
+    return why
 
 
 def with_pd_roles(workload: Workload) -> tuple[RequestSpec, ...]:
@@ -131,11 +136,15 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
     max_model_len = min(config.max_model_len, -(-(longest + slack) // block) * block)
     need = -(-max_model_len // block) * len(config.kv_cache_groups) + 1
     requests = workload.requests
+    nixl = KVConnectorConfig("nixl", load_latency_steps=latency_steps,
+                             send_latency_steps=latency_steps,
+                             transfer_mode="push" if mode == "pd-push" else "pull")
     connector = (
-        KVConnectorConfig("nixl", load_latency_steps=latency_steps,
-                          send_latency_steps=latency_steps,
-                          transfer_mode="push" if mode == "pd-push" else "pull")
-        if mode.startswith("pd")
+        KVConnectorConfig("multi", connectors=(nixl, KVConnectorConfig(
+            "offloading", load_latency_steps=latency_steps, store_latency_steps=latency_steps,
+            num_cpu_chunks=2 * config.num_blocks)))
+        if mode == "pd-offloading"
+        else nixl if mode.startswith("pd")
         else KVConnectorConfig("offloading", load_latency_steps=latency_steps,
                           store_latency_steps=latency_steps,
                           num_cpu_chunks=config.num_blocks if mode == "offloading"

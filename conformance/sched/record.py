@@ -41,6 +41,7 @@ from conformance.systems.protocol import (
     ConnectorReport,
     EncoderCacheCounts,
     JobTransfers,
+    MultiTransfers,
     RemoteTransfers,
     SchedulerStats,
     SpecDecodingCounts,
@@ -100,7 +101,7 @@ class StepRecord:
     cached_digest: str | None = None
     # A KV connector (all None / empty without one): the step's transfers, the external hits
     # its admissions took, the worker's report applied in this step, the CPU tier's counts.
-    transfers: Transfers | JobTransfers | RemoteTransfers | None = None
+    transfers: Transfers | JobTransfers | RemoteTransfers | MultiTransfers | None = None
     external_hits: tuple[tuple[str, int], ...] = ()
     connector_report: ConnectorReport | None = None
     cpu_blocks: BlockCounts | None = None

@@ -13,6 +13,7 @@ from conformance.systems.protocol import (
     ConnectorReport,
     HandedOn,
     JobTransfers,
+    MultiTransfers,
     OffloadJob,
     PullOrder,
     RemoteTransfers,
@@ -54,12 +55,16 @@ def output_of(req_id: str, data: dict[str, Any]) -> TokenOutput:
                            tuple(m.get("per_step_drafted", ()))))
 
 
-def connector_json(t: Transfers | JobTransfers | RemoteTransfers | None,
+def connector_json(t: Transfers | JobTransfers | RemoteTransfers | MultiTransfers | None,
                    external_hits: Iterable[tuple[str, int]],
                    r: ConnectorReport | None, c: BlockCounts | None) -> dict[str, Any]:
     """A `StepRecord`'s connector fields (transfers, external hits, the worker's report, the
     CPU tier's counts) in JSON; the record passes them in, so this module never needs it."""
     out: dict[str, Any] = {}
+    if isinstance(t, MultiTransfers):  # both parts' keys
+        return {**connector_json(t.remote, (), None, None), **connector_json(t.jobs, (), None,
+                                                                             None),
+                **connector_json(None, external_hits, r, c)}
     if isinstance(t, RemoteTransfers):
         out["remote"] = {"pulls": [{"req_id": p.req_id,
                                     "local_block_ids": [list(g) for g in p.local_block_ids],
@@ -100,6 +105,12 @@ def connector_json(t: Transfers | JobTransfers | RemoteTransfers | None,
     return out
 
 
+def _job_transfers(jobs: dict[str, Any]) -> JobTransfers:
+    return JobTransfers(tuple(_job_of(j) for j in jobs["load_jobs"]),
+                        tuple(_job_of(j) for j in jobs["store_jobs"]),
+                        tuple(jobs["jobs_to_flush"]))
+
+
 def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
     """`StepRecord` keyword arguments from `connector_json`'s keys (absent: the defaults)."""
     out: dict[str, Any] = {}
@@ -112,9 +123,7 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
             t["need_flush"])
     jobs = data.get("jobs")
     if jobs is not None:
-        out["transfers"] = JobTransfers(tuple(_job_of(j) for j in jobs["load_jobs"]),
-                                        tuple(_job_of(j) for j in jobs["store_jobs"]),
-                                        tuple(jobs["jobs_to_flush"]))
+        out["transfers"] = _job_transfers(jobs)
     remote = data.get("remote")
     if remote is not None:
         out["transfers"] = RemoteTransfers(
@@ -127,6 +136,8 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
                   for rid, blocks in remote.get("registrations", {}).items()),
             tuple((rid, tuple(tuple(g) for g in blocks))
                   for rid, blocks in remote.get("pushes", {}).items()))
+    if jobs is not None and remote is not None:  # a MultiConnector's step
+        out["transfers"] = MultiTransfers(out["transfers"], _job_transfers(jobs))
     if data.get("external_hits"):
         out["external_hits"] = tuple(data["external_hits"].items())
     r = data.get("connector_report")

@@ -261,6 +261,14 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "empty order for one aborted before it registered), the write failing as a "
                "whole, prefills handing the worker the blocks to write and holding them "
                "until written", _bundled("pd-disaggregation-push")),
+    SuiteEntry("pd-offloading", "a MultiConnector: the NIXL connector asked first, the "
+               "OffloadingConnector beside it (plain and prefill requests hit the CPU tier, "
+               "decode requests pull), both connectors' orders compared every step",
+               _bundled("pd-offloading")),
+    SuiteEntry("pd-offloading-cpu-first", "the MultiConnector with the CPU tier asked first: "
+               "a decode request whose prompt the CPU tier holds loads it from there and "
+               "pulls nothing (an empty order releases the peer)",
+               _bundled("pd-offloading-cpu-first")),
     SuiteEntry("pd-pair", "a prefill and a decode instance behind the harness's router, each "
                "compared step by step: prefills held until the decode side has pulled them, "
                "a small decode pool backing the prefill side up into preemption, a failing "

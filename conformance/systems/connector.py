@@ -14,6 +14,7 @@ upstream walks that set to free pins and a plain set's order would depend on str
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from conformance.systems.protocol import (
@@ -30,9 +31,18 @@ from vtwin.errors import UserError
 from workloads.model import EngineConfig
 
 
+def connector_parts(meta: Any) -> tuple[Any, ...]:
+    """A step's metadata per connector: a MultiConnector's parts (the twin's `MultiMetadata`
+    and upstream's `MultiKVConnectorMetadata` both keep them in `metadata`), else the one."""
+    parts = getattr(meta, "metadata", None)
+    return tuple(parts) if isinstance(parts, tuple) else (meta,)
+
+
 def split_transfers(meta: Any) -> tuple[Transfers | None, JobTransfers | None]:
-    """`Scheduled`'s `transfers` and `jobs` for a step's connector metadata (at most one)."""
-    found = transfers_of(meta)
+    """`Scheduled`'s `transfers` and `jobs` for a step's connector metadata (at most one; a
+    MultiConnector's P/D part is `remote_transfers_of`'s)."""
+    parts = connector_parts(meta)
+    found = next((t for t in map(transfers_of, parts) if t is not None), None)
     if isinstance(found, JobTransfers):
         return None, found
     return found, None
@@ -43,7 +53,8 @@ def remote_transfers_of(meta: Any) -> RemoteTransfers | None:
     `NixlMetadata` and upstream's `NixlConnectorMetadata` share the field names; a pull's
     fields differ (`num_cached_blocks` / `local_num_computed_blocks`, `awaiting` /
     `awaiting_kvs`)."""
-    if meta is None or not hasattr(meta, "reqs_to_recv"):
+    meta = next((m for m in connector_parts(meta) if hasattr(m, "reqs_to_recv")), None)
+    if meta is None:
         return None
     pulls = []
     for rid, order in meta.reqs_to_recv.items():
@@ -126,10 +137,13 @@ class SortedSet(set[str]):
         return iter(sorted(set.__iter__(self)))
 
 
-def upstream_connector_output(report: ConnectorReport) -> Any:
+def upstream_connector_output(report: ConnectorReport,
+                              layout: tuple[str, ...] = ()) -> Any:
     """Upstream's `KVConnectorOutput` for the worker's report. SimpleCPUOffload's worker
     reports finished stores in its worker metadata, one count per event; the
-    OffloadingConnector's reports every finished job there, one count per job."""
+    OffloadingConnector's reports every finished job there, one count per job. Under a
+    MultiConnector (`layout`: its connectors' types, in order) the worker metadata is one slot
+    per connector, the OffloadingConnector's in its place."""
     from vllm.v1.outputs import KVConnectorOutput
 
     meta: Any = None
@@ -143,6 +157,13 @@ def upstream_connector_output(report: ConnectorReport) -> Any:
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
         meta = SimpleCPUOffloadWorkerMetadata({e: 1 for e in report.finished_stores})
+    if layout and meta is not None:
+        from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import (
+            MultiKVConnectorWorkerMetadata,
+        )
+
+        meta = MultiKVConnectorWorkerMetadata(
+            metadata=tuple(meta if kind == "offloading" else None for kind in layout))
     # Releases before whole-pull failures existed (0.19.1) have no `failed_recving`: it is
     # passed only when a pull failed.
     failed = {"failed_recving": SortedSet(report.failed_loads)} if report.failed_loads else {}
@@ -169,11 +190,19 @@ def impl_connector_output(report: ConnectorReport) -> Any:
 
 def offload_settings(config: EngineConfig) -> Any:
     """The twin's `OffloadSettings` or `OffloadingSettings` (None: no connector)."""
-    from impl.connector.types import NixlSettings, OffloadingSettings, OffloadSettings
+    from impl.connector.types import (
+        MultiSettings,
+        NixlSettings,
+        OffloadingSettings,
+        OffloadSettings,
+    )
 
     c = config.kv_connector
     if c is None:
         return None
+    if c.type == "multi":
+        return MultiSettings(tuple(offload_settings(replace(config, kv_connector=part))
+                                   for part in c.connectors))
     if c.type == "nixl":
         return NixlSettings(c.load_failure_policy, c.transfer_mode)
     if c.type == "offloading":
@@ -186,7 +215,7 @@ def offload_settings(config: EngineConfig) -> Any:
 def blocks_per_chunk(config: EngineConfig) -> int:
     """GPU blocks per offloaded chunk: the workload's offloaded block size over the GPU's (the
     workload checks make it a whole number)."""
-    c = config.kv_connector
+    c = None if config.kv_connector is None else config.kv_connector.part("offloading")
     assert c is not None
     return 1 if c.offloaded_block_size is None else c.offloaded_block_size // config.block_size
 
@@ -204,21 +233,17 @@ def upstream_transfer_config(config: EngineConfig,
     c = config.kv_connector
     if c is None:
         return None
-    if c.type == "offloading":
-        from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+    if c.type == "multi":
+        from conformance.systems.pd import upstream_multi_config
 
-        align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
-        chunk_bytes = -(-blocks_per_chunk(config) // align) * align
-        extra: dict[str, Any] = {
-            "cpu_bytes_to_use": c.num_cpu_chunks * chunk_bytes,
-            "blocks_per_chunk": blocks_per_chunk(config),
-            "eviction_policy": c.eviction_policy,
-            "store_threshold": c.store_threshold,
-            "offload_prompt_only": c.offload_prompt_only,
-        }
+        return upstream_multi_config(c, {"kv_connector": "OffloadingConnector",
+                                         "kv_role": "kv_both",
+                                         "kv_connector_extra_config": _offloading_extra(config)})
+    if c.type == "offloading":
         module, name = connector_class or (None, "OffloadingConnector")
         return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
-                                kv_role="kv_both", kv_connector_extra_config=extra)
+                                kv_role="kv_both",
+                                kv_connector_extra_config=_offloading_extra(config))
     if c.type == "nixl":
         from conformance.systems.pd import upstream_nixl_config
 
@@ -231,6 +256,21 @@ def upstream_transfer_config(config: EngineConfig,
         kv_connector_extra_config={"cpu_bytes_to_use": c.num_cpu_blocks,
                                    "lazy_offload": c.lazy_offload},
         kv_load_failure_policy=c.load_failure_policy)
+
+
+def _offloading_extra(config: EngineConfig) -> dict[str, Any]:
+    """The OffloadingConnector's extra config (see `upstream_transfer_config`)."""
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    c = None if config.kv_connector is None else config.kv_connector.part("offloading")
+    assert c is not None
+    align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
+    chunk_bytes = -(-blocks_per_chunk(config) // align) * align
+    return {"cpu_bytes_to_use": c.num_cpu_chunks * chunk_bytes,
+            "blocks_per_chunk": blocks_per_chunk(config),
+            "eviction_policy": c.eviction_policy,
+            "store_threshold": c.store_threshold,
+            "offload_prompt_only": c.offload_prompt_only}
 
 
 def kv_cache_tensors_for(config: EngineConfig) -> list[Any]:

@@ -71,15 +71,36 @@ def upstream_nixl_config(connector: KVConnectorConfig,
     """Upstream's `KVTransferConfig` for the NIXL connector on a `kv_both` instance (it plays
     either side per request, as `workloads.pd` describes): `NixlConnector` (pull mode) or
     `NixlPushConnector`, refused by a release that has no push mode."""
-    from vllm import __version__ as release
     from vllm.config import KVTransferConfig
-    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
-    default = PUSH_CONNECTOR if connector.transfer_mode == "push" else "NixlConnector"
-    if connector_class is None and default not in KVConnectorFactory._registry:
-        raise UserError(f"kv_connector.transfer_mode={connector.transfer_mode!r}: vLLM "
-                        f"{release} has no {default}")
-    module, name = connector_class or (None, default)
+    module, name = connector_class or (None, _nixl_class(connector))
     return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
                             kv_role="kv_both", engine_id=ENGINE_ID,
                             kv_load_failure_policy=connector.load_failure_policy)
+
+
+def upstream_multi_config(connector: KVConnectorConfig, offloading: dict[str, Any]) -> Any:
+    """Upstream's `KVTransferConfig` for a MultiConnector over the NIXL connector and the
+    OffloadingConnector (`offloading`: its entry), in the workload's order. The load failure
+    policy is the engine's, taken from the NIXL part."""
+    from vllm.config import KVTransferConfig
+
+    nixl = connector.part("nixl")
+    assert nixl is not None
+    entries = [{"kv_connector": _nixl_class(part), "kv_role": "kv_both"}
+               if part.type == "nixl" else offloading for part in connector.connectors]
+    return KVTransferConfig(kv_connector="MultiConnector", kv_role="kv_both",
+                            engine_id=ENGINE_ID, kv_load_failure_policy=nixl.load_failure_policy,
+                            kv_connector_extra_config={"connectors": entries})
+
+
+def _nixl_class(connector: KVConnectorConfig) -> str:
+    """The NIXL connector class for the transfer mode; one line if the release lacks it."""
+    from vllm import __version__ as release
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    name = PUSH_CONNECTOR if connector.transfer_mode == "push" else "NixlConnector"
+    if name not in KVConnectorFactory._registry:
+        raise UserError(f"kv_connector.transfer_mode={connector.transfer_mode!r}: vLLM "
+                        f"{release} has no {name}")
+    return name

@@ -160,6 +160,31 @@ class RemoteTransfers:
 
 
 @dataclass(frozen=True, slots=True)
+class MultiTransfers:
+    """A MultiConnector's step: the P/D connector's orders and the OffloadingConnector's
+    jobs, counted together."""
+
+    remote: RemoteTransfers
+    jobs: JobTransfers
+
+    @property
+    def num_loads(self) -> int:
+        return self.remote.num_loads + self.jobs.num_loads
+
+    @property
+    def num_stores(self) -> int:
+        return self.remote.num_stores + self.jobs.num_stores
+
+    @property
+    def num_loaded_blocks(self) -> int:
+        return self.remote.num_loaded_blocks + self.jobs.num_loaded_blocks
+
+    @property
+    def num_stored_blocks(self) -> int:
+        return self.remote.num_stored_blocks + self.jobs.num_stored_blocks
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectorReport:
     """The worker's connector report for one step: requests whose loads finished (sorted),
     store events finished (in completion order), GPU blocks whose load failed (sorted), the

@@ -1,8 +1,8 @@
 """`SchedulerConnector`: what the scheduler asks of a KV connector's scheduler side.
 
-Three connectors implement it: the CPU offload tier (`cpu_offload`, upstream's
-SimpleCPUOffloadConnector), the OffloadingConnector (`offloading.scheduler`) and the NIXL
-prefill/decode connector's pull mode (`nixl`).
+The connectors implement it: the CPU offload tier (`cpu_offload`, upstream's
+SimpleCPUOffloadConnector), the OffloadingConnector (`offloading.scheduler`), the NIXL
+prefill/decode connector (`nixl`, `nixl_push`), and the MultiConnector over several (`multi`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from impl.connector.multi_metadata import MultiMetadata
     from impl.connector.nixl_metadata import NixlMetadata
     from impl.connector.offloading.jobs import OffloadingMetadata
     from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
@@ -33,7 +34,8 @@ class SchedulerConnector(Protocol):
                                  num_external_tokens: int) -> None: ...
 
     def build_connector_meta(self, output: SchedulerOutput
-                             ) -> OffloadMetadata | OffloadingMetadata | NixlMetadata: ...
+                             ) -> (OffloadMetadata | OffloadingMetadata | NixlMetadata
+                                   | MultiMetadata): ...
 
     def update_connector_output(self, output: KVConnectorOutput) -> None: ...
 

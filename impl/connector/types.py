@@ -82,6 +82,21 @@ class NixlSettings:
                              f"(got {self.transfer_mode!r})")
 
 
+@dataclass(frozen=True, slots=True)
+class MultiSettings:
+    """Upstream's MultiConnector over `parts`, in order: the first connector that claims a
+    request's tokens loads them (`impl.connector.multi`). Modelled for the NIXL P/D connector
+    with the OffloadingConnector."""
+
+    parts: tuple[NixlSettings | OffloadingSettings, ...]
+
+    def __post_init__(self) -> None:
+        kinds = sorted(type(p).__name__ for p in self.parts)
+        if kinds != ["NixlSettings", "OffloadingSettings"]:
+            raise ValueError("kv_connector.connectors: a MultiConnector is modelled for one "
+                             f"NIXL and one offloading connector (got {kinds})")
+
+
 @dataclass(slots=True)
 class RemoteTransfer:
     """A request's part in a prefill/decode pair (`impl.connector.nixl`), upstream's

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
-from impl.connector.types import NixlSettings, OffloadingSettings, OffloadSettings
+from impl.connector.types import (
+    MultiSettings,
+    NixlSettings,
+    OffloadingSettings,
+    OffloadSettings,
+)
 from impl.core.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
 from impl.sched.continuum.settings import ContinuumSettings
 
@@ -46,7 +51,8 @@ class SchedulerConfig:
     continuum: ContinuumSettings | None = None
     # A CPU offload tier behind the KV connector interface (`impl.connector`): the
     # SimpleCPUOffloadConnector's or the OffloadingConnector's; None: no connector.
-    kv_connector: OffloadSettings | OffloadingSettings | NixlSettings | None = None
+    kv_connector: (OffloadSettings | OffloadingSettings | NixlSettings | MultiSettings
+                   | None) = None
     # Multimodal models: embeddings the encoder may compute per step and the encoder cache's
     # size (0: a text-only model); whether a chunk may end inside an item's placeholders.
     max_num_encoder_input_tokens: int = 0

@@ -25,6 +25,7 @@ from collections import deque
 from mypy_extensions import trait
 
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.multi import MultiConnectorScheduler
 from impl.connector.nixl import NixlConnectorScheduler
 from impl.connector.nixl_push import NixlPushConnectorScheduler
 from impl.connector.offloading.scheduler import (
@@ -35,6 +36,7 @@ from impl.connector.protocol import SchedulerConnector
 from impl.connector.types import (
     FinishedTransfer,
     KVConnectorOutput,
+    MultiSettings,
     NixlSettings,
     OffloadingSettings,
 )
@@ -58,16 +60,15 @@ class ConnectorPaths(SchedulerState):
         # OffloadingConnector runs either way.
         self.connector: SchedulerConnector | None = None
         self.recompute_kv_load_failures = False
-        if isinstance(settings, NixlSettings):
-            self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
-            self.connector = (NixlPushConnectorScheduler(kv_cache_config)
-                              if settings.transfer_mode == "push"
-                              else NixlConnectorScheduler(kv_cache_config))
-        elif isinstance(settings, OffloadingSettings):
-            check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
-            self.connector = OffloadingConnectorScheduler(
-                settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
-                enable_prefix_caching=config.enable_prefix_caching, behaviour=config.behaviour)
+        if isinstance(settings, MultiSettings):
+            nixl = next(p for p in settings.parts if isinstance(p, NixlSettings))
+            self.recompute_kv_load_failures = nixl.load_failure_policy == "recompute"
+            self.connector = MultiConnectorScheduler(
+                [self._one_connector(part, config, kv_cache_config) for part in settings.parts])
+        elif isinstance(settings, NixlSettings | OffloadingSettings):
+            if isinstance(settings, NixlSettings):
+                self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
+            self.connector = self._one_connector(settings, config, kv_cache_config)
         elif settings is not None:
             self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
             if config.enable_prefix_caching:
@@ -93,6 +94,18 @@ class ConnectorPaths(SchedulerState):
         self.spec_decode_step_blocks = sum(
             cdiv(num_spec, g.kv_cache_spec.block_size) for g in kv_cache_config.kv_cache_groups
             if not isinstance(g.kv_cache_spec, MambaSpec))
+
+    @staticmethod
+    def _one_connector(settings: NixlSettings | OffloadingSettings, config: SchedulerConfig,
+                       kv_cache_config: KVCacheConfig) -> SchedulerConnector:
+        if isinstance(settings, NixlSettings):
+            return (NixlPushConnectorScheduler(kv_cache_config)
+                    if settings.transfer_mode == "push"
+                    else NixlConnectorScheduler(kv_cache_config))
+        check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
+        return OffloadingConnectorScheduler(
+            settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
+            enable_prefix_caching=config.enable_prefix_caching, behaviour=config.behaviour)
 
     # -- admission --------------------------------------------------------------------------
     def _remote_kv_ready(self, request: Request) -> bool:

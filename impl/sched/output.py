@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.connector.multi_metadata import MultiMetadata
 from impl.connector.nixl_metadata import NixlMetadata
 from impl.connector.offloading.jobs import OffloadingMetadata
 from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
@@ -24,7 +25,7 @@ from impl.sched.spec_stats import RequestSpecMetrics
 PLACEHOLDER_DRAFT = -1
 
 
-ConnectorMetadata = OffloadMetadata | OffloadingMetadata | NixlMetadata
+ConnectorMetadata = OffloadMetadata | OffloadingMetadata | NixlMetadata | MultiMetadata
 """What a connector hands its worker each step (one type per connector)."""
 
 

@@ -169,7 +169,8 @@ def test_presets_by_release() -> None:
                                        "offloading_lookup_restarts_stores": True,
                                        "encoder_budget_cut_without_lookahead": True,
                                        "offloading_reset_fence": True,
-                                       "eagle_lookahead_block_hashes": True}
+                                       "eagle_lookahead_block_hashes": True,
+                                       "offloading_notes_every_allocation": True}
     assert not any(BEHAVIOUR_0_32.switches.values())
     with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
         behaviour_for("0.19.1")

@@ -14,6 +14,7 @@ from workloads.pd import KVTransferSpec
 from workloads.writer import dumps
 
 NIXL: dict[str, Any] = {"type": "nixl"}
+OFFLOADING: dict[str, Any] = {"type": "offloading", "num_cpu_chunks": 32}
 
 
 def text(config: dict[str, Any], **request: Any) -> str:
@@ -39,6 +40,18 @@ def test_the_connector_and_the_parts_round_trip() -> None:
     plain = loads(text({"kv_connector": NIXL}))
     assert "kv_transfer" not in dumps(plain)
     assert "transfer_mode" not in dumps(plain)  # pull, the default, is not written
+
+
+def test_a_multi_connector_round_trips_and_carries_p_d_parts() -> None:
+    multi = {"type": "multi", "connectors": [OFFLOADING, NIXL]}
+    workload = loads(text({"kv_connector": multi}, kv_transfer={"role": "decode"}))
+    connector = workload.config.kv_connector
+    assert connector is not None and connector.type == "multi"
+    assert [c.type for c in connector.connectors] == ["offloading", "nixl"]
+    assert connector.part("nixl") == KVConnectorConfig("nixl")
+    assert loads(dumps(workload)) == workload
+    written = json.loads(dumps(workload).splitlines()[0])["config"]["kv_connector"]
+    assert [c["type"] for c in written["connectors"]] == ["offloading", "nixl"]
 
 
 def test_push_mode_round_trips() -> None:
@@ -73,6 +86,12 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
                               {"kv_transfer": {"role": "decode", "load_fails": True,
                                                "pull_lost": True}},
                               "a lost pull never reports, so it cannot also fail", 2),
+    "config.kv_connector.connectors": (
+        {"kv_connector": {"type": "multi", "connectors": [NIXL, NIXL]}}, {},
+        "one 'nixl' and one 'offloading' connector", 1),
+    "config.kv_connector.connectors[0].num_cpu_blocks": (
+        {"kv_connector": {"type": "multi", "connectors": [
+            {**NIXL, "num_cpu_blocks": 4}, OFFLOADING]}}, {}, "unknown field", 1),
     "stream_end_step": ({"kv_connector": NIXL},
                         {"kv_transfer": {"role": "prefill"}, "stream_end_step": 4},
                         "cannot be a streaming session yet", 2),

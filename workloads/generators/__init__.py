@@ -78,6 +78,8 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(
             Family(pd.FAMILY, pd.SUMMARY, pd.generate),
             Family(pd.RECOMPUTE_FAMILY, pd.RECOMPUTE_SUMMARY, pd.recompute),
             Family(pd.PUSH_FAMILY, pd.PUSH_SUMMARY, pd.push),
+            Family(pd.OFFLOADING_FAMILY, pd.OFFLOADING_SUMMARY, pd.offloading),
+            Family(pd.CPU_FIRST_FAMILY, pd.CPU_FIRST_SUMMARY, pd.offloading_cpu_first),
             Family(pd_pair.FAMILY, pd_pair.SUMMARY, pd_pair.generate),
             Family(pd_pair.PUSH_FAMILY, pd_pair.PUSH_SUMMARY, pd_pair.push),
             Family(pd_pair.RECOMPUTE_FAMILY, pd_pair.RECOMPUTE_SUMMARY, pd_pair.recompute),

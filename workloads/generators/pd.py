@@ -26,6 +26,12 @@ SUMMARY = ("the NIXL P/D connector on one instance: decode requests pulling thei
            "(one pull failing), prefills held for the peer's read, aborts around pulls")
 RECOMPUTE_FAMILY = "pd-disaggregation-recompute"
 RECOMPUTE_SUMMARY = f"{FAMILY} with load_failure_policy 'recompute' (a failed pull recomputes)"
+OFFLOADING_FAMILY = "pd-offloading"
+OFFLOADING_SUMMARY = (f"{FAMILY} under a MultiConnector with the OffloadingConnector (NIXL "
+                      "asked first, a CPU tier beside it)")
+CPU_FIRST_FAMILY = "pd-offloading-cpu-first"
+CPU_FIRST_SUMMARY = (f"{FAMILY} under a MultiConnector, the OffloadingConnector asked first (a "
+                     "decode request with CPU hits loads them and pulls nothing)")
 PUSH_FAMILY = "pd-disaggregation-push"
 PUSH_SUMMARY = (f"{FAMILY} with the connector in push mode (decode requests register their "
                 "blocks, the peer writes them)")
@@ -88,3 +94,26 @@ def push(seed: int, scale: float, name: str) -> Workload:
     workload = generate(seed, scale, name, transfer_mode="push")
     return replace(workload, description=workload.description.replace(
         SUMMARY, PUSH_SUMMARY).replace(FAMILY, PUSH_FAMILY, 1))
+
+
+def with_cpu_tier(workload: Workload, family: str, summary: str,
+                  cpu_first: bool) -> Workload:
+    """`workload` under a MultiConnector: its NIXL connector and an OffloadingConnector with a
+    CPU tier twice its GPU pool, the CPU tier asked first or second."""
+    nixl = workload.config.kv_connector
+    assert nixl is not None
+    cpu = KVConnectorConfig("offloading", num_cpu_chunks=2 * workload.config.num_blocks)
+    multi = KVConnectorConfig("multi", connectors=(cpu, nixl) if cpu_first else (nixl, cpu))
+    return replace(workload, config=replace(workload.config, kv_connector=multi),
+                   description=workload.description.replace(SUMMARY, summary).replace(
+                       FAMILY, family, 1))
+
+
+def offloading(seed: int, scale: float, name: str) -> Workload:
+    return with_cpu_tier(generate(seed, scale, name), OFFLOADING_FAMILY, OFFLOADING_SUMMARY,
+                         cpu_first=False)
+
+
+def offloading_cpu_first(seed: int, scale: float, name: str) -> Workload:
+    return with_cpu_tier(generate(seed, scale, name), CPU_FIRST_FAMILY, CPU_FIRST_SUMMARY,
+                         cpu_first=True)

@@ -4,7 +4,8 @@ A drawn workload from `strategies.workloads` on one full-attention group (what t
 connector models) gets the connector, and each plain request a part in a P/D pair: none, the
 prefill side (half of them capped at one token, as a router sends them), or the decode side,
 whose pull fails as a whole one time in five. Pull mode or push mode (registrations the peer
-writes into), pull and read latencies 0 to 3 steps, both failure policies; half the draws cut
+writes into), pull and read latencies 0 to 3 steps, both failure policies, and in two draws of
+three a MultiConnector with an OffloadingConnector asked first or second; half the draws cut
 the GPU pool to just above the longest request, so pulls wait for blocks, held prefills crowd
 the pool and requests are preempted mid-decode. Up to two operator resets of the prefix cache
 and the connector's cache land while requests run.
@@ -62,6 +63,14 @@ def pd_workloads(draw: Any, max_requests: int = 10) -> Workload:
         load_latency_steps=draw(st.integers(0, 3), label="pull latency"),
         send_latency_steps=draw(st.integers(0, 3), label="read latency"),
     )
+    tier = draw(st.sampled_from([None, "second", "first"]), label="CPU tier")
+    if tier is not None:  # a MultiConnector: the OffloadingConnector beside the NIXL one
+        cpu = KVConnectorConfig(
+            "offloading", num_cpu_chunks=draw(st.sampled_from([4, 16, 64]), label="cpu chunks"),
+            load_latency_steps=draw(st.integers(0, 3), label="cpu load latency"),
+            store_latency_steps=draw(st.integers(0, 3), label="cpu store latency"))
+        connector = KVConnectorConfig("multi", connectors=(
+            (cpu, connector) if tier == "first" else (connector, cpu)))
     requests = tuple(_with_part(draw, r) for r in workload.requests)
     pd: Workload = replace(
         workload, name="hypothesis-pd", requests=requests,

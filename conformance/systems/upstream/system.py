@@ -137,6 +137,10 @@ class UpstreamSystem:
             **({"num_hash_lookahead_tokens": lookahead} if lookahead else {}))
         self._external_hits: list[tuple[str, int]] = []
         self._offload = self._watch_connector()
+        connector = config.kv_connector
+        # A MultiConnector's connectors, in order (the worker's metadata has a slot each).
+        self._connector_layout = tuple(c.type for c in connector.connectors) \
+            if connector is not None else ()
         # Counts and cached ids kept as the pools change, not walked every step (issue 31).
         self._gpu_watch = PoolWatch(pool)
         self._cpu_watch = (None if self._offload is None
@@ -348,7 +352,7 @@ class UpstreamSystem:
             req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
             kv_connector_output=None if output.connector is None
-            else upstream_connector_output(output.connector),
+            else upstream_connector_output(output.connector, self._connector_layout),
             pooler_output=pooled_outputs(output) if self.config.runner == "pooling" else None,
         )
         self._pin_none_hash()
@@ -409,7 +413,9 @@ class UpstreamSystem:
         if self._cpu_watch is not None:
             return BlockCounts(*self._cpu_watch.block_counts())
         connector = getattr(self.scheduler, "connector", None)
-        manager = getattr(getattr(connector, "connector_scheduler", None), "manager", None)
+        parts = getattr(connector, "_connectors", None) or [connector]  # a MultiConnector's
+        manager = next((m for c in parts if (m := getattr(
+            getattr(c, "connector_scheduler", None), "manager", None)) is not None), None)
         if manager is None:
             return None
         empty = (len(manager._free_list) + manager._num_chunks

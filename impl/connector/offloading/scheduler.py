@@ -193,9 +193,13 @@ class OffloadingConnectorScheduler(StoreOffers):
         """The GPU blocks for the hit are allocated: pin the chunks and make the load job.
 
         Only a loading admission's blocks are noted as handed out here (0.32); 0.33 notes every
-        admission's, which the scheduler's output lists anyway (`_follow_block_tables`), so
-        with one connector the two releases flush the same stores."""
+        admission's (`Behaviour.offloading_notes_every_allocation`). With the connector alone
+        the scheduler's output lists those anyway (`_follow_block_tables`); under a
+        MultiConnector another connector's load allocates blocks the output does not list."""
         if num_external_tokens == 0:
+            if self.behaviour.offloading_notes_every_allocation:
+                for table in blocks.blocks:
+                    self.batch_allocated.update(b.block_id for b in table if b.block_id != 0)
             return
         state = self.requests[request.request_id]
         num_local = state.num_local_tokens
