@@ -123,13 +123,18 @@ def test_offloading_loads_leave_the_in_flight_prefill_its_blocks_45388() -> None
     assert max(series.running) == 1  # never both at once: B1 waits for A1
 
 
-def test_an_aborted_pull_that_never_lands_holds_its_blocks_forever_46283() -> None:
-    """vllm#46283's situation on the scheduler side (pull mode; the report is push mode): a
-    decode request is aborted while it waits for its pull, and the prefill peer never answers
-    (`pull_lost`). The abort holds the blocks until the pull reports, so they are never freed
-    and a request that needs them is never admitted. Both systems stall alike; this test fails
-    the day upstream frees such blocks (a timeout, say) or the twin stops holding them."""
-    workload = load(str(BUGS / "pd-aborted-pull-never-lands-46283.jsonl"))
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_an_aborted_transfer_that_never_lands_holds_its_blocks_forever_46283(mode: str) -> None:
+    """vllm#46283's situation on the scheduler side, in push mode as reported and in pull
+    mode: a decode request is aborted while it waits for the prefill peer's write (its pull),
+    and the peer never answers (`pull_lost`). The abort holds the blocks until the transfer
+    reports, so they are never freed and a request that needs them is never admitted. Both
+    systems stall alike; this test fails the day upstream frees such blocks (the registration
+    watchdog's wall-clock timeout, which the harness does not model, or a lease) or the twin
+    stops holding them."""
+    workload = load(str(BUGS / f"pd-aborted-{mode}-never-lands-46283.jsonl"))
+    connector = workload.config.kv_connector
+    assert connector is not None and connector.transfer_mode == mode
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
                           integrity_every=1)
     assert result.error is None and result.divergence_at("exact") is None
