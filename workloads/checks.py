@@ -288,13 +288,14 @@ def _request(
         check_grammar(grammar, vocab, ends, fail)
     kv_transfer = None
     if rec.kv_transfer is not None:
+        nixl = None if config.kv_connector is None else config.kv_connector.part("nixl")
         kv_transfer = KVTransferSpec(rec.kv_transfer.role, rec.kv_transfer.load_fails,
-                                     rec.kv_transfer.pull_lost)
+                                     rec.kv_transfer.pull_lost, rec.kv_transfer.readback_tokens)
         check_kv_transfer(kv_transfer, None if config.kv_connector is None
-                          else "nixl" if config.kv_connector.part("nixl") is not None
+                          else "nixl" if nixl is not None
                           else config.kv_connector.type, continues=rec.after is not None,
                           streaming=rec.stream_end_step is not None, has_mm=bool(mm_items),
-                          fail=fail)
+                          fail=fail, bidirectional=nixl is not None and nixl.bidirectional)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,

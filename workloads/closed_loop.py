@@ -78,10 +78,15 @@ def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | Mul
                                  store_threshold=model.store_threshold,
                                  offload_prompt_only=model.offload_prompt_only)
     if isinstance(model, NixlModel):
+        if model.bidirectional and model.transfer_mode == "push":
+            raise fail("kv_connector.bidirectional", "upstream's push mode refuses "
+                       "bidirectional KV transfer")
         return KVConnectorConfig("nixl", load_failure_policy=model.load_failure_policy,
                                  load_latency_steps=model.load_latency_steps,
                                  send_latency_steps=model.send_latency_steps,
-                                 transfer_mode=model.transfer_mode)
+                                 transfer_mode=model.transfer_mode,
+                                 bidirectional=model.bidirectional,
+                                 recompute_threshold=model.recompute_threshold)
     if model.load_failures and num_groups != 1:
         raise fail("kv_connector.load_failures", "need a single KV-cache group (block ids are "
                    f"per group; this config has {num_groups})")

@@ -132,7 +132,10 @@ class KVConnectorConfig:
     announced; `load_failure_policy` as above, for pulls that fail. `transfer_mode` `push`:
     upstream's NixlPushConnector, where the decode side registers its blocks and the peer
     writes them (`load_latency_steps` after the registration is handed out), and a finished
-    prefill's blocks are written to the decode peer (`send_latency_steps` after)."""
+    prefill's blocks are written to the decode peer (`send_latency_steps` after).
+    `bidirectional` (pull mode): a finished decode request keeps its blocks, read by the
+    modelled peer `send_latency_steps` later, and a prefill may read a decode side's tokens
+    back (`kv_transfer.readback_tokens`) if at least `recompute_threshold` are missing."""
 
     type: Literal["simple_cpu_offload", "offloading", "nixl", "multi"] = "simple_cpu_offload"
     num_cpu_blocks: int = 1024
@@ -148,6 +151,8 @@ class KVConnectorConfig:
     offload_prompt_only: bool = True
     send_latency_steps: int = 1
     transfer_mode: Literal["pull", "push"] = "pull"
+    bidirectional: bool = False
+    recompute_threshold: int = 64
     connectors: tuple[KVConnectorConfig, ...] = ()  # type "multi": its connectors, in order
 
     def part(self, kind: str) -> KVConnectorConfig | None:
@@ -165,6 +170,8 @@ class KVConnectorConfig:
         if self.type == "nixl":
             return {"type": self.type,
                     **({"transfer_mode": "push"} if self.transfer_mode == "push" else {}),
+                    **({"bidirectional": True, "recompute_threshold": self.recompute_threshold}
+                       if self.bidirectional else {}),
                     "load_failure_policy": self.load_failure_policy,
                     "load_latency_steps": self.load_latency_steps,
                     "send_latency_steps": self.send_latency_steps}

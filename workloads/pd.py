@@ -38,23 +38,38 @@ class KVTransferSpec:
     role: Literal["prefill", "decode"]
     load_fails: bool = False
     pull_lost: bool = False
+    readback_tokens: int | None = None
+    """A prefill of a later turn: the tokens the decode side kept from the turn before, which
+    it pulls back (the connector's `bidirectional`; None: none)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, **({"load_fails": True} if self.load_fails else {}),
-                **({"pull_lost": True} if self.pull_lost else {})}
+                **({"pull_lost": True} if self.pull_lost else {}),
+                **({"readback_tokens": self.readback_tokens}
+                   if self.readback_tokens is not None else {})}
 
 
 def check_kv_transfer(spec: KVTransferSpec, connector_type: str | None, *,
                       continues: bool, streaming: bool, has_mm: bool,
-                      fail: Callable[[str, str], WorkloadError]) -> None:
+                      fail: Callable[[str, str], WorkloadError],
+                      bidirectional: bool = False) -> None:
     """`fail(field, problem)` for a transfer the harness cannot model."""
     if connector_type != "nixl":
         raise fail("kv_transfer", "needs the engine's kv_connector of type 'nixl' (got "
                    f"{'no connector' if connector_type is None else repr(connector_type)})")
+    if spec.readback_tokens is not None:
+        if spec.role != "prefill":
+            raise fail("kv_transfer.readback_tokens", "only a 'prefill' request reads a "
+                       "decode side's tokens back")
+        if not bidirectional:
+            raise fail("kv_transfer.readback_tokens", "needs the nixl connector's "
+                       "'bidirectional': true (without it upstream claims the tokens and never "
+                       "pulls them)")
+    pulls = spec.role == "decode" or spec.readback_tokens is not None
     for field, value in (("load_fails", spec.load_fails), ("pull_lost", spec.pull_lost)):
-        if value and spec.role != "decode":
-            raise fail(f"kv_transfer.{field}", "only a 'decode' request pulls KV that can "
-                       "fail or be lost")
+        if value and not pulls:
+            raise fail(f"kv_transfer.{field}", "only a 'decode' request or a prefill reading "
+                       "back (readback_tokens) pulls KV that can fail or be lost")
     if spec.load_fails and spec.pull_lost:
         raise fail("kv_transfer.pull_lost", "a lost pull never reports, so it cannot also fail")
     for field, present, what in (("after", continues, "continue another request"),

@@ -62,6 +62,9 @@ def check_pd_pair(workload: Workload, fail: Callable[[int | None, str, str], Wor
     if connector is None or connector.type != "nixl":
         raise fail(1, "pd_pair", "needs the engine's kv_connector of type 'nixl' (got "
                    f"{'no connector' if connector is None else repr(connector.type)})")
+    if connector.bidirectional:
+        raise fail(1, "pd_pair", "a bidirectional connector's readback needs the router to "
+                   "send later turns back to the prefill instance (not modelled yet)")
     if workload.controls:
         raise fail(1, "pd_pair", "operator controls in a P/D pair are not modelled yet (which "
                    "instance would they reach?)")

@@ -102,6 +102,8 @@ class OffloadingModel(_Strict):
 class NixlModel(_Strict):
     type: Literal["nixl"]
     transfer_mode: Literal["pull", "push"] = "pull"
+    bidirectional: bool = False
+    recompute_threshold: NonNegInt = 64
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     load_latency_steps: NonNegInt = 1
     send_latency_steps: NonNegInt = 1
@@ -132,6 +134,7 @@ class KVTransferModel(_Strict):
     role: Literal["prefill", "decode"]
     load_fails: bool = False
     pull_lost: bool = False
+    readback_tokens: PosInt | None = None
 
 
 class MultimodalModel(_Strict):

@@ -48,6 +48,7 @@ NOT_OFFLOADED: dict[str, str] = {
                                          "which runs with every connector already",
     "pd-disaggregation-recompute": "runs the NIXL P/D connector already",
     "pd-disaggregation-push": "runs the NIXL P/D connector already",
+    "pd-readback": "runs the NIXL P/D connector already",
     "pd-offloading": "runs the NIXL connector and the OffloadingConnector already",
     "pd-offloading-cpu-first": "runs the NIXL connector and the OffloadingConnector already",
     "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",

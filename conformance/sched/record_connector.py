@@ -38,7 +38,8 @@ def output_json(o: TokenOutput) -> dict[str, Any]:
     if h is not None:
         out["handed_on"] = {"remote_block_ids": [list(g) for g in h.remote_block_ids],
                             "remote_num_tokens": h.remote_num_tokens,
-                            "remote_prefill_cached_tokens": h.remote_prefill_cached_tokens}
+                            "remote_prefill_cached_tokens": h.remote_prefill_cached_tokens,
+                            **({"readback": True} if h.readback else {})}
     return out
 
 
@@ -48,7 +49,8 @@ def output_of(req_id: str, data: dict[str, Any]) -> TokenOutput:
     return TokenOutput(req_id, tuple(data["new_token_ids"]), data["finish_reason"],
                        data["stop_reason"], None if h is None else HandedOn(
                            tuple(tuple(g) for g in h["remote_block_ids"]),
-                           h["remote_num_tokens"], h["remote_prefill_cached_tokens"]),
+                           h["remote_num_tokens"], h["remote_prefill_cached_tokens"],
+                           bool(h.get("readback"))),
                        None if m is None else SpecMetrics(
                            tuple(m["histogram"]), m["num_draft_tokens"],
                            tuple(m.get("per_step_accepted", ())),

@@ -261,6 +261,10 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "empty order for one aborted before it registered), the write failing as a "
                "whole, prefills handing the worker the blocks to write and holding them "
                "until written", _bundled("pd-disaggregation-push")),
+    SuiteEntry("pd-readback", "turn-2 readback (bidirectional NIXL): decode sides keeping their "
+               "blocks for a read back, second turns pulling the decode side's tokens past "
+               "their local hit or recomputing them under the threshold, a readback failing",
+               _bundled("pd-readback")),
     SuiteEntry("pd-offloading", "a MultiConnector: the NIXL connector asked first, the "
                "OffloadingConnector beside it (plain and prefill requests hit the CPU tier, "
                "decode requests pull), both connectors' orders compared every step",

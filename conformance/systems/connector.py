@@ -204,7 +204,8 @@ def offload_settings(config: EngineConfig) -> Any:
         return MultiSettings(tuple(offload_settings(replace(config, kv_connector=part))
                                    for part in c.connectors))
     if c.type == "nixl":
-        return NixlSettings(c.load_failure_policy, c.transfer_mode)
+        return NixlSettings(c.load_failure_policy, c.transfer_mode, c.bidirectional,
+                            c.recompute_threshold)
     if c.type == "offloading":
         return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
                                   c.eviction_policy, c.store_threshold,

@@ -30,13 +30,16 @@ def upstream_params(request: RequestSpec, block_size: int) -> dict[str, Any] | N
     spec = request.kv_transfer
     if spec is None:
         return None
-    if spec.role == "prefill":
+    if spec.role == "prefill" and spec.readback_tokens is None:
         return {"do_remote_decode": True, "do_remote_prefill": False}
-    num_blocks = -(-request.prompt_len // block_size)
-    return {"do_remote_prefill": True, "do_remote_decode": False,
-            "remote_block_ids": [list(range(num_blocks))],
+    tokens = request.prompt_len if spec.readback_tokens is None else spec.readback_tokens
+    peer = {"remote_block_ids": [list(range(-(-tokens // block_size)))],
             "remote_engine_id": PEER_ENGINE_ID, "remote_request_id": request.request_id,
             "remote_host": PEER_HOST, "remote_port": PEER_PORT, "tp_size": 1}
+    if spec.role == "prefill":  # a later turn reading the decode side's tokens back
+        return {"do_remote_decode": True, "do_remote_prefill": False, **peer,
+                "remote_num_tokens": spec.readback_tokens}
+    return {"do_remote_prefill": True, "do_remote_decode": False, **peer}
 
 
 def remote_transfer(request: RequestSpec) -> Any:
@@ -47,7 +50,8 @@ def remote_transfer(request: RequestSpec) -> Any:
     if spec is None:
         return None
     return RemoteTransfer(do_remote_prefill=spec.role == "decode",
-                          do_remote_decode=spec.role == "prefill")
+                          do_remote_decode=spec.role == "prefill",
+                          readback_tokens=spec.readback_tokens)
 
 
 def handed_on(params: Any) -> HandedOn | None:
@@ -56,14 +60,15 @@ def handed_on(params: Any) -> HandedOn | None:
     if params is None:
         return None
     if isinstance(params, dict):
-        if not params.get("do_remote_prefill"):
-            return None  # a decode side's parameters hand nothing on (bidirectional is off)
+        readback = bool(params.get("do_remote_decode"))  # a decode side's, for turn 2
+        if not params.get("do_remote_prefill") and not readback:
+            return None
         blocks = params.get("remote_block_ids") or ()
         return HandedOn(tuple(tuple(int(b) for b in g) for g in blocks),
                         int(params.get("remote_num_tokens") or 0),
-                        params.get("remote_prefill_cached_tokens"))
+                        params.get("remote_prefill_cached_tokens"), readback)
     return HandedOn(tuple(tuple(g) for g in params.remote_block_ids), params.remote_num_tokens,
-                    params.remote_prefill_cached_tokens)
+                    params.remote_prefill_cached_tokens, params.readback)
 
 
 def upstream_nixl_config(connector: KVConnectorConfig,
@@ -76,7 +81,16 @@ def upstream_nixl_config(connector: KVConnectorConfig,
     module, name = connector_class or (None, _nixl_class(connector))
     return KVTransferConfig(kv_connector=name, kv_connector_module_path=module,
                             kv_role="kv_both", engine_id=ENGINE_ID,
-                            kv_load_failure_policy=connector.load_failure_policy)
+                            kv_load_failure_policy=connector.load_failure_policy,
+                            kv_connector_extra_config=nixl_extra(connector))
+
+
+def nixl_extra(connector: KVConnectorConfig) -> dict[str, Any]:
+    """The NIXL connector's extra config: turn-2 readback and its threshold, when on."""
+    if not connector.bidirectional:
+        return {}
+    return {"bidirectional_kv_xfer": True,
+            "kv_recompute_threshold": connector.recompute_threshold}
 
 
 def upstream_multi_config(connector: KVConnectorConfig, offloading: dict[str, Any]) -> Any:
@@ -87,7 +101,8 @@ def upstream_multi_config(connector: KVConnectorConfig, offloading: dict[str, An
 
     nixl = connector.part("nixl")
     assert nixl is not None
-    entries = [{"kv_connector": _nixl_class(part), "kv_role": "kv_both"}
+    entries = [{"kv_connector": _nixl_class(part), "kv_role": "kv_both",
+                "kv_connector_extra_config": nixl_extra(part)}
                if part.type == "nixl" else offloading for part in connector.connectors]
     return KVTransferConfig(kv_connector="MultiConnector", kv_role="kv_both",
                             engine_id=ENGINE_ID, kv_load_failure_policy=nixl.load_failure_policy,

@@ -256,6 +256,7 @@ class HandedOn:
     remote_block_ids: BlockIds
     remote_num_tokens: int
     remote_prefill_cached_tokens: int | None
+    readback: bool = False  # a decode side's blocks kept for the next turn's prefill
 
 
 @dataclass(frozen=True, slots=True)

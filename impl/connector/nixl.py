@@ -42,13 +42,16 @@ NORMAL_FINISHES = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED"})
 
 
 class NixlConnectorScheduler:
-    def __init__(self, kv_cache_config: KVCacheConfig) -> None:
+    def __init__(self, kv_cache_config: KVCacheConfig, *, bidirectional: bool = False,
+                 recompute_threshold: int = 64) -> None:
         if [type(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups] != [
                 FullAttentionSpec]:
             raise ValueError("kv_connector: the 'nixl' connector is modelled for one "
                              "full-attention group only")
         self.group_block_sizes = [g.kv_cache_spec.block_size
                                   for g in kv_cache_config.kv_cache_groups]
+        self.bidirectional = bidirectional
+        self.recompute_threshold = recompute_threshold
         self._meta = NixlMetadata()
         self._pulling: dict[str, Request] = {}  # pulls ordered and not yet reported
         self._awaiting_read: set[str] = set()  # finished prefills whose blocks wait for a read
@@ -60,11 +63,23 @@ class NixlConnectorScheduler:
     def get_num_new_matched_tokens(self, request: Request,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         """A decode-side request still to pull claims its prompt past the local hit, loaded
-        asynchronously; every other request claims nothing."""
+        asynchronously. A prefill that reads back a decode side's tokens claims those past the
+        local hit, unless fewer than the recompute threshold are missing (it then computes
+        them); it claims them on every admission, as upstream does, though it pulls once.
+        Every other request claims nothing."""
         transfer = request.kv_transfer
-        if transfer is not None and transfer.do_remote_prefill:
+        if transfer is None:
+            return 0, False
+        if transfer.do_remote_prefill:
             count = request.num_prompt_tokens - num_computed_tokens
             if count > 0:
+                return count, True
+        if transfer.do_remote_decode and transfer.readback_tokens is not None:
+            count = min(transfer.readback_tokens, request.num_prompt_tokens) - \
+                num_computed_tokens
+            if count > 0:
+                if self.recompute_threshold > 0 and count < self.recompute_threshold:
+                    return 0, False
                 return count, True
         return 0, False
 
@@ -73,11 +88,13 @@ class NixlConnectorScheduler:
         transfer = request.kv_transfer
         if transfer is None:
             return
-        if transfer.do_remote_decode:
+        if transfer.do_remote_decode or (transfer.do_remote_prefill and self.bidirectional):
             self._meta.reqs_in_batch.add(request.request_id)
+        readback = (transfer.do_remote_decode and self.bidirectional
+                    and transfer.readback_tokens is not None and not transfer.readback_ordered)
+        if not (transfer.do_remote_prefill or readback):
             return
-        if not transfer.do_remote_prefill:
-            return
+        transfer.readback_ordered = readback or transfer.readback_ordered
         local = tuple([b.block_id for b in group if b.block_hash is None]
                       for group in blocks.blocks) if num_external_tokens > 0 else ()
         cached = tuple(sum(1 for b in group if b.block_hash is not None and not b.is_null)
@@ -116,7 +133,8 @@ class NixlConnectorScheduler:
         if transfer.do_remote_prefill:  # finished before its pull was ordered
             self._order_pull(request, PullOrder((), (), False))
             return False, None
-        if not transfer.do_remote_decode:
+        decode_side = not transfer.do_remote_decode
+        if decode_side and not self.bidirectional:
             return False, None  # a decode-side request hands nothing on
         if request.status.name not in NORMAL_FINISHES:
             self._meta.reqs_not_processed.add(request.request_id)
@@ -125,9 +143,11 @@ class NixlConnectorScheduler:
         if delay:
             self._meta.reqs_to_send.append(request.request_id)
             self._awaiting_read.add(request.request_id)
-        # Without blocks to read (no computed token) the tokens handed on are 0 as well.
+        # Without blocks to read (no computed token) the tokens handed on are 0 as well; a
+        # decode side keeps its blocks for the next turn's prefill (readback).
         return delay, FinishedTransfer(tuple(tuple(ids) for ids in block_ids),
-                                       request.num_computed_tokens)
+                                       request.num_computed_tokens if delay else 0,
+                                       readback=decode_side)
 
     # -- what the scheduler and its integrity check ask -------------------------------------
     def has_pending_stores(self) -> bool:

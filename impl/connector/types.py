@@ -72,8 +72,20 @@ class NixlSettings:
 
     load_failure_policy: str = "fail"
     transfer_mode: str = "pull"
+    bidirectional: bool = False
+    """Turn-2 readback (upstream's `bidirectional_kv_xfer`, pull mode): a finished decode-side
+    request keeps its blocks for the next turn's prefill to pull them back."""
+    recompute_threshold: int = 64
+    """With readback: a prefill pulls the decode side's tokens only if at least this many are
+    missing locally (upstream's `kv_recompute_threshold`; 0: always)."""
 
     def __post_init__(self) -> None:
+        if self.bidirectional and self.transfer_mode == "push":
+            raise ValueError("kv_connector.bidirectional: upstream's push mode refuses "
+                             "bidirectional KV transfer")
+        if self.recompute_threshold < 0:
+            raise ValueError("kv_connector.recompute_threshold: must be >= 0 (got "
+                             f"{self.recompute_threshold})")
         if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
             raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
                              f"(got {self.load_failure_policy!r})")
@@ -106,6 +118,10 @@ class RemoteTransfer:
 
     do_remote_prefill: bool = False
     do_remote_decode: bool = False
+    readback_tokens: int | None = None
+    """A prefill-side request of a later turn: the tokens the decode side kept from the turn
+    before (upstream's `remote_num_tokens` on a prefill's parameters; None: no readback)."""
+    readback_ordered: bool = False  # its readback pull was ordered (once per request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +134,9 @@ class FinishedTransfer:
     remote_block_ids: tuple[tuple[int, ...], ...]
     remote_num_tokens: int
     remote_prefill_cached_tokens: int | None = None
+    readback: bool = False
+    """A decode side's blocks kept for the next turn's prefill (`NixlSettings.bidirectional`),
+    not a prefill's for its decode peer."""
 
 
 @dataclass(slots=True)

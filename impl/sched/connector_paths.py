@@ -101,7 +101,9 @@ class ConnectorPaths(SchedulerState):
         if isinstance(settings, NixlSettings):
             return (NixlPushConnectorScheduler(kv_cache_config)
                     if settings.transfer_mode == "push"
-                    else NixlConnectorScheduler(kv_cache_config))
+                    else NixlConnectorScheduler(
+                        kv_cache_config, bidirectional=settings.bidirectional,
+                        recompute_threshold=settings.recompute_threshold))
         check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
         return OffloadingConnectorScheduler(
             settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,

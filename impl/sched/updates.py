@@ -134,8 +134,9 @@ class SchedulerUpdates(OperatorResets, EncoderInputs, StreamingSessions, Structu
             transfer = None
             if self._handle_stopped_request(request):
                 transfer = self._free_request(request)
-                if transfer is not None and len(request.output_token_ids) == len(
-                        new_token_ids):  # its first output: it reports its prefill's hit
+                if transfer is not None and not transfer.readback and len(
+                        request.output_token_ids) == len(
+                        new_token_ids):  # its first output: a prefill reports its hit
                     transfer = replace(transfer,
                                        remote_prefill_cached_tokens=request.num_cached_tokens)
             if status_before == RequestStatus.RUNNING:

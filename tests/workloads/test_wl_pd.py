@@ -54,6 +54,16 @@ def test_a_multi_connector_round_trips_and_carries_p_d_parts() -> None:
     assert [c["type"] for c in written["connectors"]] == ["offloading", "nixl"]
 
 
+def test_readback_round_trips() -> None:
+    spec = {**NIXL, "bidirectional": True, "recompute_threshold": 32}
+    workload = loads(text({"kv_connector": spec},
+                          kv_transfer={"role": "prefill", "readback_tokens": 12}))
+    connector = workload.config.kv_connector
+    assert connector == KVConnectorConfig("nixl", bidirectional=True, recompute_threshold=32)
+    assert workload.requests[0].kv_transfer == KVTransferSpec("prefill", readback_tokens=12)
+    assert loads(dumps(workload)) == workload
+
+
 def test_push_mode_round_trips() -> None:
     spec = {**NIXL, "transfer_mode": "push", "load_failure_policy": "fail",
             "load_latency_steps": 1, "send_latency_steps": 1}
@@ -81,7 +91,7 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
                          "got 'both'", 2),
     "kv_transfer.load_fails": ({"kv_connector": NIXL},
                                {"kv_transfer": {"role": "prefill", "load_fails": True}},
-                               "only a 'decode' request pulls KV that can fail", 2),
+                               "only a 'decode' request or a prefill reading back", 2),
     "kv_transfer.pull_lost": ({"kv_connector": NIXL},
                               {"kv_transfer": {"role": "decode", "load_fails": True,
                                                "pull_lost": True}},
@@ -92,6 +102,12 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
     "config.kv_connector.connectors[0].num_cpu_blocks": (
         {"kv_connector": {"type": "multi", "connectors": [
             {**NIXL, "num_cpu_blocks": 4}, OFFLOADING]}}, {}, "unknown field", 1),
+    "kv_transfer.readback_tokens": ({"kv_connector": NIXL},
+                                    {"kv_transfer": {"role": "prefill", "readback_tokens": 8}},
+                                    "needs the nixl connector's 'bidirectional': true", 2),
+    "config.kv_connector.bidirectional": (
+        {"kv_connector": {**NIXL, "bidirectional": True, "transfer_mode": "push"}}, {},
+        "push mode refuses bidirectional", 1),
     "stream_end_step": ({"kv_connector": NIXL},
                         {"kv_transfer": {"role": "prefill"}, "stream_end_step": 4},
                         "cannot be a streaming session yet", 2),
