@@ -38,7 +38,8 @@ from typing import Any
 from conformance.sched.driver import Driver, Stalled
 from conformance.sched.liveness import STALL_PATIENCE
 from conformance.systems.connector import pool_counts
-from conformance.systems.protocol import ConnectorReport, RunnerOutput, Scheduled
+from conformance.systems.protocol import RunnerOutput, Scheduled
+from conformance.systems.transfer_records import ConnectorReport
 from vtwin.errors import UserError
 from workloads.model import KVConnectorConfig, Workload
 

@@ -35,17 +35,19 @@ from conformance.systems.optional import (
 )
 from conformance.systems.protocol import (
     BlockCounts,
-    BlockIds,
     CacheEvent,
-    ConnectorReport,
-    JobTransfers,
-    MultiTransfers,
     RunnerOutput,
     Scheduled,
     System,
     SystemState,
-    Transfers,
     Update,
+)
+from conformance.systems.transfer_records import (
+    BlockIds,
+    ConnectorReport,
+    JobTransfers,
+    MultiTransfers,
+    Transfers,
 )
 from vtwin.errors import UserError
 from workloads.model import RequestSpec, Workload

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from conformance.systems.protocol import ConnectorReport, JobTransfers
+from conformance.systems.transfer_records import ConnectorReport, JobTransfers
 from workloads.model import KVConnectorConfig
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from conformance.sched.job_worker import JobWorker
 from conformance.sched.pd_worker import PDWorker
-from conformance.systems.protocol import ConnectorReport, JobTransfers, RemoteTransfers
+from conformance.systems.transfer_records import ConnectorReport, JobTransfers, RemoteTransfers
 from workloads.model import Workload
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.sched.pd_worker import PDWorker
-from conformance.systems.protocol import BlockIds, ConnectorReport, RemoteTransfers
+from conformance.systems.transfer_records import BlockIds, ConnectorReport, RemoteTransfers
 from workloads.model import Workload
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from conformance.systems.protocol import ConnectorReport, RemoteTransfers
+from conformance.systems.transfer_records import ConnectorReport, RemoteTransfers
 from workloads.model import Workload
 
 

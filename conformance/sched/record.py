@@ -35,17 +35,19 @@ from conformance.sched.record_connector import (
 from conformance.sched.record_encoder import encoder_fields, encoder_json
 from conformance.systems.protocol import (
     BlockCounts,
-    BlockIds,
     CacheEvent,
     CacheStats,
-    ConnectorReport,
     EncoderCacheCounts,
-    JobTransfers,
-    MultiTransfers,
-    RemoteTransfers,
     SchedulerStats,
     SpecDecodingCounts,
     TokenOutput,
+)
+from conformance.systems.transfer_records import (
+    BlockIds,
+    ConnectorReport,
+    JobTransfers,
+    MultiTransfers,
+    RemoteTransfers,
     Transfers,
 )
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from conformance.systems.protocol import (
-    BlockCounts,
+from conformance.systems.protocol import BlockCounts, HandedOn, SpecMetrics, TokenOutput
+from conformance.systems.transfer_records import (
     ConnectorReport,
-    HandedOn,
     JobTransfers,
     MultiTransfers,
     OffloadJob,
     PullOrder,
     RemoteTransfers,
-    SpecMetrics,
-    TokenOutput,
     Transfers,
 )
 

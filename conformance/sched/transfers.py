@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from conformance.systems.protocol import ConnectorReport, Transfers
+from conformance.systems.transfer_records import ConnectorReport, Transfers
 from workloads.model import KVConnectorConfig
 
 

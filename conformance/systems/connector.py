@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from conformance.systems.protocol import (
-    BlockCounts,
+from conformance.systems.protocol import BlockCounts
+from conformance.systems.transfer_records import (
     BlockIds,
     ConnectorReport,
     JobTransfers,

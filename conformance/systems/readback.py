@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.systems.protocol import BlockIds, Scheduled, SpecDecodingCounts, SpecMetrics
+from conformance.systems.protocol import Scheduled, SpecDecodingCounts, SpecMetrics
+from conformance.systems.transfer_records import BlockIds
 
 
 def block_ids(per_group: Sequence[Sequence[int]]) -> BlockIds:

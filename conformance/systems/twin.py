@@ -28,7 +28,6 @@ from conformance.systems.pd import handed_on, remote_transfer
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
-    BlockIds,
     CachedRequest,
     CacheEvent,
     CacheStats,
@@ -51,6 +50,7 @@ from conformance.systems.readback import (
     resolved,
     spec_counts,
 )
+from conformance.systems.transfer_records import BlockIds
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 

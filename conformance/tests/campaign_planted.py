@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.systems.protocol import BlockIds, Scheduled
+from conformance.systems.protocol import Scheduled
+from conformance.systems.transfer_records import BlockIds
 from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, RequestSpec
 

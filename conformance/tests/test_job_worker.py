@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from conformance.sched.job_worker import JobWorker
 from conformance.sched.record_connector import connector_fields, connector_json
-from conformance.systems.protocol import ConnectorReport, JobTransfers, OffloadJob
+from conformance.systems.transfer_records import ConnectorReport, JobTransfers, OffloadJob
 from workloads.model import KVConnectorConfig
 
 

@@ -6,7 +6,7 @@ at once; push mode writes only once both sides are ready; failing and lost trans
 from __future__ import annotations
 
 from conformance.sched.pd_pair_worker import PairWorker
-from conformance.systems.protocol import ConnectorReport, PullOrder, RemoteTransfers
+from conformance.systems.transfer_records import ConnectorReport, PullOrder, RemoteTransfers
 from workloads.model import EngineConfig, KVConnectorConfig, RequestSpec, Workload
 from workloads.pd import KVTransferSpec
 

@@ -12,13 +12,8 @@ from conformance.sched.record_connector import (
     output_json,
     output_of,
 )
-from conformance.systems.protocol import (
-    ConnectorReport,
-    HandedOn,
-    PullOrder,
-    RemoteTransfers,
-    TokenOutput,
-)
+from conformance.systems.protocol import HandedOn, TokenOutput
+from conformance.systems.transfer_records import ConnectorReport, PullOrder, RemoteTransfers
 from workloads.model import EngineConfig, KVConnectorConfig, RequestSpec, Workload
 from workloads.pd import KVTransferSpec
 

@@ -16,7 +16,6 @@ import pytest
 
 from conformance.sched.lockstep import LockstepResult, run_lockstep
 from conformance.systems.protocol import (
-    BlockIds,
     CachedRequest,
     NewRequest,
     RunnerOutput,
@@ -26,6 +25,7 @@ from conformance.systems.protocol import (
     TokenOutput,
     Update,
 )
+from conformance.systems.transfer_records import BlockIds
 from conformance.systems.twin import ImplSystem
 from workloads.model import EngineConfig, PlanSpec, RequestSpec, Workload
 

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from conformance.sched.transfers import TransferWorker
-from conformance.systems.protocol import ConnectorReport, Transfers
+from conformance.systems.transfer_records import ConnectorReport, Transfers
 from workloads.model import KVConnectorConfig, LoadFailure
 
 

@@ -19,14 +19,8 @@ from typing import IO, Any
 
 import msgspec
 
-from conformance.systems.protocol import (
-    BlockIds,
-    CacheEvent,
-    RunnerOutput,
-    Scheduled,
-    SystemState,
-    Update,
-)
+from conformance.systems.protocol import CacheEvent, RunnerOutput, Scheduled, SystemState, Update
+from conformance.systems.transfer_records import BlockIds
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
 

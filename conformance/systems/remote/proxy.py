@@ -30,7 +30,6 @@ import msgspec
 
 from conformance.paths import REPO_ROOT
 from conformance.systems.protocol import (
-    BlockIds,
     CacheEvent,
     RunnerOutput,
     Scheduled,
@@ -54,6 +53,7 @@ from conformance.systems.remote.protocol import (
     write_frame,
 )
 from conformance.systems.specs import SystemSpec
+from conformance.systems.transfer_records import BlockIds
 from vtwin.errors import IntegrityError, UserError
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec

@@ -30,7 +30,6 @@ from conformance.systems.pd import handed_on, upstream_params
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
-    BlockIds,
     CachedRequest,
     CacheEvent,
     CacheStats,
@@ -51,6 +50,7 @@ from conformance.systems.readback import (
     resolved,
     spec_counts,
 )
+from conformance.systems.transfer_records import BlockIds
 from conformance.systems.upstream.capabilities import SCHEDULER_MEMBERS, check_members, honour
 from conformance.systems.upstream.config import build_kv_cache_config, build_vllm_config
 from conformance.systems.upstream.events import EventSink, upstream_event
