@@ -38,7 +38,8 @@ from conformance.sched.suite import SUITE, resolve_workload
 from conformance.systems.protocol import close_system
 from conformance.systems.registry import resolve_system
 from conformance.systems.specs import follow_release
-from workloads.model import Workload
+from workloads.model import EngineConfig, Workload
+from workloads.pd_pair import decode_side, prefill_side
 
 VERDICTS = ("passed", "known", "failed", "error", "unbuilt")
 
@@ -58,6 +59,19 @@ class WorkloadOutcome:
     """What a suite entry is there to cover (its own words, not its base workload's)."""
     traces: tuple[str, ...] = ()
     """Trace files, relative to the report directory (empty without `--traces`)."""
+    instance: str | None = None
+    """A P/D pair's instance this result compares ("prefill" or "decode"; `source` is the
+    whole pair, which `--emit-regression` writes)."""
+
+    @property
+    def config(self) -> EngineConfig | None:
+        """The engine config of what was compared: a pair's instance's own."""
+        if self.source is None:
+            return None
+        if self.instance is None:
+            return self.source.config
+        side = prefill_side if self.instance == "prefill" else decode_side
+        return side(self.source).config
 
     @property
     def divergence(self) -> Divergence | None:
@@ -207,15 +221,17 @@ def _run_all(resolved: list[tuple[Workload, int]], left: Any, right: Any, level:
             progress=progress,
         )
         entry = SUITE.get(workload.name)
-        for result in results:
+        # A pair's two results: each instance's report shows that instance's own config.
+        instances = ("prefill", "decode") if workload.pd_pair is not None else (None,)
+        for result, instance in zip(results, instances, strict=True):
             verdict, waiver = judge(result, level, known)
-            traces = () if trace_dir is None or workload.pd_pair is not None else tuple(
-                f"{trace_dir.name}/{trace_name(workload.name, side, name)}"
+            traces = () if trace_dir is None else tuple(  # a pair's: NAME@INSTANCE
+                f"{trace_dir.name}/{trace_name(result.workload, side, name)}"
                 for side, name in (("left", result.left), ("right", result.right)))
             outcomes.append(WorkloadOutcome(result.workload, workload.description,
                                             len(workload.requests), level, verdict, result,
                                             waiver, workload, entry.covers if entry else "",
-                                            traces))
+                                            traces, instance))
             say(f"[{index}/{total}] {_line(outcomes[-1])}")
         bar.update(1)
     bar.close()

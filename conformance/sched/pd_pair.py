@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from conformance.sched.activity import Activity
@@ -34,10 +35,12 @@ from conformance.sched.lockstep import (
     _refused_by_both,
     _unbuilt,
     run_lockstep,
+    trace_name,
 )
 from conformance.sched.pd_pair_worker import PairWorker
 from conformance.sched.record import StepRecord
 from conformance.sched.recorded import Recorded, compare_recorded
+from conformance.sched.trace import TraceWriter
 from conformance.systems.protocol import (
     BlockCounts,
     System,
@@ -66,12 +69,14 @@ class PairResult:
 
 @dataclass(slots=True)
 class _Instance:
-    name: str
+    kind: str  # "prefill" or "decode"
     system: System | None = None
+    name: str = ""  # the system's name, once it ran
     records: list[StepRecord] | None = None
     end: dict[str, Any] | None = None
     stalled: Stalled | None = None
     last_progress: int = 0
+    trace: TraceWriter | None = None
 
 
 class _RoutedArrivals(Arrivals):
@@ -87,10 +92,12 @@ class _RoutedArrivals(Arrivals):
 
 
 def run_pd_pair(workload: Workload, left: SystemFactory, right: SystemFactory, *,
-                integrity_every: int = 1, max_steps: int | None = None) -> PairResult:
+                integrity_every: int = 1, max_steps: int | None = None,
+                trace_dir: Path | None = None) -> PairResult:
     """Both sides' pairs run whole, then compared instance by instance. A config either side
     refuses for either instance is judged for the pair as `run_lockstep` judges one: refused
-    by both (agreement), or one side unbuilt."""
+    by both (agreement), or one side unbuilt. `trace_dir`: each instance's trace of each side
+    is written there, named as `run_lockstep` names them (`WORKLOAD@INSTANCE`)."""
     started = time.monotonic()
     configs = (prefill_side(workload).config, decode_side(workload).config)
     built = [[_build(factory, config) for config in configs] for factory in (left, right)]
@@ -98,11 +105,17 @@ def run_pd_pair(workload: Workload, left: SystemFactory, right: SystemFactory, *
     if failed != [None, None]:
         return _not_run(workload, built, failed, started)
     sides = []
-    for prefill_system, decode_system in built:
+    for label, (prefill_system, decode_system) in zip(("left", "right"), built, strict=True):
         assert not isinstance(prefill_system, Exception)
         assert not isinstance(decode_system, Exception)
-        sides.append(_run_side(workload, (prefill_system, decode_system), integrity_every,
-                               max_steps))
+        prefill, decode = _Instance("prefill", prefill_system), _Instance("decode", decode_system)
+        if trace_dir is not None:
+            for part in (prefill, decode):
+                assert part.system is not None
+                traced = f"{workload.name}@{part.kind}"
+                part.trace = TraceWriter(trace_dir / trace_name(traced, label, part.system.name),
+                                         part.system.name, traced)
+        sides.append(_run_side(workload, (prefill, decode), integrity_every, max_steps))
     seconds = time.monotonic() - started
     results = []
     for index, instance in enumerate(INSTANCES):
@@ -141,18 +154,19 @@ def _not_run(workload: Workload, built: list[list[System | Exception]],
     return PairResult(results[0], results[1])
 
 
-def _run_side(workload: Workload, systems: tuple[System, System], integrity_every: int,
+def _run_side(workload: Workload, instances: tuple[_Instance, _Instance], integrity_every: int,
               max_steps: int | None) -> tuple[_Instance, _Instance]:
     """One system's pair, run to its end; an instance's error or stall ends its records."""
-    prefill, decode = _Instance("prefill", systems[0]), _Instance("decode", systems[1])
+    prefill, decode = instances
     prefill_workload, decode_workload = prefill_side(workload), decode_side(workload)
     cap = default_max_steps(workload) if max_steps is None else max_steps
+    traced = prefill.trace is not None
     try:
         assert prefill.system is not None and decode.system is not None
         drivers = (Driver(prefill.system, prefill_workload, integrity_every=integrity_every,
-                          max_steps=cap, snapshot_before=False),
+                          max_steps=cap, snapshot_before=traced),
                    Driver(decode.system, decode_workload, integrity_every=integrity_every,
-                          max_steps=cap, snapshot_before=False))
+                          max_steps=cap, snapshot_before=traced))
         worker = PairWorker(decode_workload)
         drivers[0].transfers, drivers[1].transfers = worker.prefill, worker.decode
         drivers[1].arrivals = _RoutedArrivals(decode_workload, prefill)
@@ -160,6 +174,8 @@ def _run_side(workload: Workload, systems: tuple[System, System], integrity_ever
         _step_together(workload, drivers, (prefill, decode), worker)
     finally:
         for instance in (prefill, decode):
+            if instance.trace is not None:
+                instance.trace.close()
             if instance.system is not None:
                 close_system(instance.system)
     for instance in (prefill, decode):
@@ -221,6 +237,8 @@ def _advance(stream: Iterator[Step], instance: _Instance) -> Step | None:
         instance.end = error_end(err, len(instance.records))
         return None
     instance.records.append(step.record)
+    if instance.trace is not None:
+        instance.trace.write(step)
     return step
 
 
@@ -251,5 +269,6 @@ def run_instances(workload: Workload, left: SystemFactory, right: SystemFactory,
     `run_lockstep` gives (`lockstep`: its other options)."""
     if workload.pd_pair is not None:
         return run_pd_pair(workload, left, right, integrity_every=integrity_every,
-                           max_steps=lockstep.get("max_steps")).results
+                           max_steps=lockstep.get("max_steps"),
+                           trace_dir=lockstep.get("trace_dir")).results
     return (run_lockstep(workload, left, right, integrity_every=integrity_every, **lockstep),)

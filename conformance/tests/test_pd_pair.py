@@ -6,13 +6,16 @@ side is reported on the decode instance, with upstream as the reference."""
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 import pytest
 
 from conformance.sched.driver import Driver
 from conformance.sched.pd_pair import run_instances, run_pd_pair
 from conformance.sched.record import StepRecord
+from conformance.sched.trace import read_trace
 from conformance.systems.registry import resolve_system
 from conformance.tests.reference import Pair
 from vtwin.errors import UserError
@@ -58,11 +61,12 @@ def test_the_router_hands_prefills_on_and_drops_what_the_client_aborted() -> Non
 
 
 def test_the_decode_instance_never_sees_a_request_aborted_before_it_arrived() -> None:
-    from conformance.sched.pd_pair import _run_side
+    from conformance.sched.pd_pair import _Instance, _run_side
 
     twin, workload = resolve_system("impl"), pair_workload()
-    systems = (twin(prefill_side(workload).config), twin(decode_side(workload).config))
-    prefill, decode = _run_side(workload, systems, 1, None)
+    instances = (_Instance("prefill", twin(prefill_side(workload).config)),
+                 _Instance("decode", twin(decode_side(workload).config)))
+    prefill, decode = _run_side(workload, instances, 1, None)
     assert prefill.records is not None and decode.records is not None
     assert scheduled(prefill.records, "b") == [0]
     assert scheduled(decode.records, "b") == []
@@ -95,3 +99,32 @@ def test_a_decode_side_bug_is_reported_on_the_decode_instance(
     assert prefill.divergence_at("exact") is None  # the prefill side is not where it is
     divergence = decode.divergence_at("exact")
     assert divergence is not None and divergence.step == 2, decode.divergences
+
+
+def test_each_instance_of_each_side_writes_its_trace(tmp_path: Path) -> None:
+    twin = resolve_system("impl")
+    result = run_pd_pair(pair_workload(), twin, twin, trace_dir=tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"pair_{kind}.{side}-impl.trace.jsonl" for kind in ("prefill",
+                                                                              "decode")
+                           for side in ("left", "right")), names
+    lines = read_trace(tmp_path / "pair_decode.left-impl.trace.jsonl")
+    assert lines[0]["workload"] == "pair@decode"
+    assert len(lines) - 1 == result.decode.steps  # the header, then one line per step
+
+
+def test_conform_reports_each_instance_with_its_own_config(tmp_path: Path) -> None:
+    from conformance.sched.conform import run_conform
+    from workloads.writer import dumps
+
+    path = tmp_path / "pair.jsonl"
+    path.write_text(dumps(pair_workload()))
+    run = run_conform([str(path)], system="impl", against="impl", stream=io.StringIO())
+    prefill, decode = run.outcomes
+    assert (prefill.workload, decode.workload) == ("pair@prefill", "pair@decode")
+    assert (prefill.instance, decode.instance) == ("prefill", "decode")
+    assert prefill.config is not None and decode.config is not None
+    assert (prefill.config.num_blocks, decode.config.num_blocks) == (24, 20)
+    assert prefill.source is decode.source and decode.source is not None
+    assert decode.source.pd_pair is not None  # --emit-regression writes the whole pair
+    assert run.ok

@@ -80,13 +80,12 @@ def stall_json(result: LockstepResult) -> dict[str, Any] | None:
 def outcome_json(outcome: WorkloadOutcome) -> dict[str, Any]:
     r = outcome.result
     waiver = outcome.waiver
-    source = outcome.source
     return {
         "workload": outcome.workload,
         "description": outcome.description,
         "covers": outcome.covers,
         "requests": outcome.num_requests,
-        "config": None if source is None else source.config.to_dict(),
+        "config": None if outcome.config is None else outcome.config.to_dict(),
         "level": outcome.level,
         "verdict": outcome.verdict,
         "level_reached": r.level_reached,
