@@ -155,6 +155,10 @@ class ConnectorPaths(SchedulerState):
         kv.record_prefix_cache_stats(request, num_hit)
         request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
         request.num_computed_tokens = num_hit + num_external
+        if request.num_preemptions == 0:
+            # The prompt's cached tokens as a first admission counts them: the local hit and
+            # what the connector loads (not what is left after the last token is recomputed).
+            request.num_cached_tokens = num_hit + num_external
         self.inflight_prefills[request.request_id] = request
         holding.append(queue.pop_request())
         self.deferred_waiting.add(request.request_id)

@@ -94,3 +94,16 @@ def test_without_bidirectional_a_decode_side_frees_at_once() -> None:
     outputs = run_step(scheduler)[2]
     assert [o.kv_transfer_params for o in outputs] == [None]
     assert "d" not in scheduler.requests
+
+
+def test_a_prefill_that_loaded_its_whole_prompt_counts_it_all_as_cached() -> None:
+    """The cached tokens handed on are the first admission's (local hit + loaded), not the
+    computed tokens left after the last one is recomputed to sample from."""
+    scheduler = readback_scheduler(threshold=0)
+    scheduler.add_request(turn_two("p", range(10, 18), tokens=8))
+    _, meta, _ = run_step(scheduler)
+    assert meta.reqs_to_recv == {"p": PullOrder(([1, 2],), (0,), True)}
+    run_step(scheduler, KVConnectorOutput(finished_recving=frozenset("p")))
+    scheduled, _, outputs = run_step(scheduler)
+    assert scheduled == {"p": 1}  # the last token, recomputed
+    assert [o.kv_transfer_params for o in outputs] == [FinishedTransfer(((1, 2),), 8, 8)]
