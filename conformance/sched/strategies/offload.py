@@ -113,14 +113,15 @@ def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
     return offloading
 
 
-def draw_connector_resets(draw: Any, workload: Workload) -> tuple[ControlSpec, ...]:
-    """Up to two operator resets of the prefix cache and the connector's cache at steps while
-    requests arrive and run (refused while blocks are in use; the connector's reset happens
-    either way)."""
+def draw_connector_resets(draw: Any, workload: Workload,
+                          max_resets: int = 2) -> tuple[ControlSpec, ...]:
+    """Up to `max_resets` operator resets of the prefix cache and the connector's cache at
+    steps while requests arrive and run (refused while blocks are in use; the connector's
+    reset happens either way)."""
     last = max((r.arrival_step for r in workload.requests), default=0) + 20
     # At distinct steps: two resets between the same steps crash upstream's
     # OffloadingConnector (conformance/upstream_bugs/offloading-double-reset-assert.jsonl).
-    steps = draw(st.lists(st.integers(0, last), max_size=2, unique=True),
+    steps = draw(st.lists(st.integers(0, last), max_size=max_resets, unique=True),
                  label="connector resets")
     return tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
                  for step in steps)
