@@ -205,12 +205,12 @@ def run_lockstep(
     systems: list[System] = []
     snapped: dict[str, DivergenceState] = {}
     try:
-        built = [_build(factory, workload.config) for factory in (left, right)]
+        built = [build_or_error(factory, workload.config) for factory in (left, right)]
         if isinstance(built[0], Exception) and isinstance(built[1], Exception):
-            return _refused_by_both(workload.name, names, built[0], built[1], started)
+            return refused_by_both(workload.name, names, built[0], built[1], started)
         for side, product in enumerate(built):
             if isinstance(product, Exception):
-                return _unbuilt(workload.name, names, side, product, started)
+                return unbuilt_result(workload.name, names, side, product, started)
             systems.append(product)
             names[side] = product.name
         none_hashes = [getattr(s, "none_hash", None) for s in systems]
@@ -313,7 +313,7 @@ def _first(raised: list[Exception | None]) -> Exception:
     return next(err for err in raised if err is not None)
 
 
-def _build(factory: SystemFactory, config: EngineConfig) -> System | Exception:
+def build_or_error(factory: SystemFactory, config: EngineConfig) -> System | Exception:
     """The factory's system, or what it raised (the caller decides whether that is an error:
     it is not when the other side refuses the config too). A worker that died is never a
     refusal."""
@@ -325,7 +325,7 @@ def _build(factory: SystemFactory, config: EngineConfig) -> System | Exception:
         return err
 
 
-def _refused_by_both(workload: str, names: list[str], left: Exception, right: Exception,
+def refused_by_both(workload: str, names: list[str], left: Exception, right: Exception,
                      started: float) -> LockstepResult:
     refusal = (f"both systems refuse the config: left {type(left).__name__}: {left}; "
                f"right {type(right).__name__}: {right}")
@@ -336,7 +336,7 @@ def _refused_by_both(workload: str, names: list[str], left: Exception, right: Ex
                           right_series=empty, refused=refusal)
 
 
-def _unbuilt(workload: str, names: list[str], side: int, err: Exception,
+def unbuilt_result(workload: str, names: list[str], side: int, err: Exception,
              started: float) -> LockstepResult:
     empty = Series.of([])
     return LockstepResult(workload=workload, left=names[0], right=names[1], steps=0,

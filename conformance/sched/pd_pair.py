@@ -31,11 +31,11 @@ from conformance.sched.liveness import Stalled
 from conformance.sched.lockstep import (
     LockstepResult,
     StallReport,
-    _build,
-    _refused_by_both,
-    _unbuilt,
+    build_or_error,
+    refused_by_both,
     run_lockstep,
     trace_name,
+    unbuilt_result,
 )
 from conformance.sched.pd_pair_worker import PairWorker
 from conformance.sched.record import StepRecord
@@ -100,7 +100,7 @@ def run_pd_pair(workload: Workload, left: SystemFactory, right: SystemFactory, *
     is written there, named as `run_lockstep` names them (`WORKLOAD@INSTANCE`)."""
     started = time.monotonic()
     configs = (prefill_side(workload).config, decode_side(workload).config)
-    built = [[_build(factory, config) for config in configs] for factory in (left, right)]
+    built = [[build_or_error(factory, config) for config in configs] for factory in (left, right)]
     failed = [next((s for s in side if isinstance(s, Exception)), None) for side in built]
     if failed != [None, None]:
         return _not_run(workload, built, failed, started)
@@ -145,12 +145,12 @@ def _not_run(workload: Workload, built: list[list[System | Exception]],
     for instance in INSTANCES:
         name = f"{workload.name}@{instance}"
         if failed[0] is not None and failed[1] is not None:
-            results.append(_refused_by_both(name, names, failed[0], failed[1], started))
+            results.append(refused_by_both(name, names, failed[0], failed[1], started))
         else:
             index = 0 if failed[0] is not None else 1
             error = failed[index]
             assert error is not None
-            results.append(_unbuilt(name, names, index, error, started))
+            results.append(unbuilt_result(name, names, index, error, started))
     return PairResult(results[0], results[1])
 
 

@@ -11,7 +11,8 @@ failure policies, and in two draws of
 three a MultiConnector with an OffloadingConnector asked first or second; half the draws cut
 the GPU pool to just above the longest request, so pulls wait for blocks, held prefills crowd
 the pool and requests are preempted mid-decode. Up to two operator resets of the prefix cache
-and the connector's cache land while requests run.
+and the connector's cache land while requests run (one beside an OffloadingConnector, whose
+upstream crashes on two with no step between them).
 
 Imported by tests only (it needs Hypothesis).
 """
