@@ -115,6 +115,13 @@ class Behaviour:
     engine stops at once. Seen on the Hypothesis offloading family with connector resets: a
     reset while a finished request's store is in flight is followed by an empty step."""
 
+    offloading_skips_chunks_with_holes: bool
+    """0.33, the OffloadingConnector's stores: a chunk with a blank (null) block that could
+    serve a hit is not offered (copying it would leave part of the chunk unwritten), e.g. a
+    sliding window's chunk whose first block already fell out of the window; 0.32 offers it
+    by its last block and copies the blocks it still has. Seen on the Hypothesis offloading
+    family (a window of 33 tokens alone, chunks of two blocks)."""
+
     offloading_notes_every_allocation: bool
     """0.33, the OffloadingConnector's scheduler side: every allocation it hears of counts as
     blocks handed out (a finished request's store reading one of them is flushed), also one
@@ -148,6 +155,7 @@ BEHAVIOUR_0_32 = Behaviour(
     offloading_reset_fence=False,
     eagle_lookahead_block_hashes=False,
     offloading_notes_every_allocation=False,
+    offloading_skips_chunks_with_holes=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -167,6 +175,7 @@ BEHAVIOUR_0_33 = Behaviour(
     offloading_reset_fence=True,
     eagle_lookahead_block_hashes=True,
     offloading_notes_every_allocation=True,
+    offloading_skips_chunks_with_holes=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

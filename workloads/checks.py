@@ -63,6 +63,13 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             and len(model.kv_cache_groups) == 1):
         raise fail("hash_block_size", f"must equal block_size {model.block_size} with one "
                    "KV-cache group and prefix caching on (upstream hashes at the block size)")
+    if model.prefix_cache_retention_interval not in (None, 0):
+        raise fail("prefix_cache_retention_interval", "only null (every reachable block) and 0 "
+                   "(the replay and junction tails) are modelled (got "
+                   f"{model.prefix_cache_retention_interval})")
+    if model.prefix_cache_retention_interval == 0 and model.spec_method == "eagle":
+        raise fail("prefix_cache_retention_interval", "0 with an EAGLE drafter is not "
+                   "modelled (its replay keeps the block past each boundary)")
     if model.data_parallel and model.prefill_schedule_interval < 2:
         raise fail("data_parallel", "needs prefill_schedule_interval > 1 (the cadence the "
                    "data-parallel engine core throttles prefill to)")
@@ -127,6 +134,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         num_lookahead_tokens=eagle_lookahead(model, fail),
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
+        prefix_cache_retention_interval=model.prefix_cache_retention_interval,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
         kv_connector=connector_config(model.kv_connector, len(groups), model.block_size, fail),
         multimodal=None if model.multimodal is None else MultimodalConfig(

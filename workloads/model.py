@@ -205,6 +205,11 @@ class EngineConfig:
     start of each busy period) instead of the engine holding prefill itself.
     `runner` "pooling" serves an embedding / pooling model: every request is prefill-only and
     finishes (stop) once its prompt is computed, with pooled output and no sampled token.
+    `prefix_cache_retention_interval` (the engine's option of that name) decides which blocks of
+    sliding-window and mamba groups are cached: None (the default here) every block that could
+    serve a hit at some aligned length; 0 (vLLM's own default) only the tail that a replay of
+    the prompt, or a shared prefix's junction, can reach. The CPU tier of the OffloadingConnector
+    stores the same tails. Other values are not modelled.
     `spec_method` "eagle": the drafter is an EAGLE head (it writes the KV of the token after
     each chunk, so prefix hits give up their last block; `num_lookahead_tokens` is then
     `num_spec_tokens`); "ngram" (the default) drafts by prompt lookup.
@@ -230,6 +235,7 @@ class EngineConfig:
     num_lookahead_tokens: int = 0
     prefill_schedule_interval: int = 1
     max_loras: int = 0
+    prefix_cache_retention_interval: int | None = None
     continuum: ContinuumConfig | None = None  # read only under policy "continuum"
     kv_connector: KVConnectorConfig | None = None  # None: no connector
     multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
@@ -288,6 +294,8 @@ class EngineConfig:
             **({"per_request_spec_decode_metrics": self.per_request_spec_decode_metrics}
                if self.per_request_spec_decode_metrics != "none" else {}),
             **({"spec_method": self.spec_method} if self.spec_method != "ngram" else {}),
+            **({"prefix_cache_retention_interval": self.prefix_cache_retention_interval}
+               if self.prefix_cache_retention_interval is not None else {}),
             **({"long_prefill_token_threshold_adaptive": True}
                if self.long_prefill_token_threshold_adaptive else {}),
         }

@@ -174,6 +174,7 @@ class EngineConfigModel(_Strict):
     num_lookahead_tokens: NonNegInt = 0
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
+    prefix_cache_retention_interval: NonNegInt | None = None
     continuum: ContinuumModel | None = None
     kv_connector: Annotated[KVConnectorModel | OffloadingModel | NixlModel | MultiModel,
                             Field(discriminator="type")] | None = None

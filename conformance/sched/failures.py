@@ -16,15 +16,35 @@ from __future__ import annotations
 import re
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vtwin.errors import ReleaseCheckFailed
 
-UPSTREAM_CHECKS: Mapping[str, tuple[str, ...]] = {
-    "lora-limit": ("len(scheduled_loras) <= self.lora_config.max_loras",),
-    "empty-admission": ("assert num_new_tokens > 0",),
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCheck:
+    """How upstream stops on a check: the exception it raises and fragments of the source
+    line that raises it (any one identifies it)."""
+
+    lines: tuple[str, ...]
+    raises: str = "AssertionError"
+
+
+UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
+    "lora-limit": UpstreamCheck(("len(scheduled_loras) <= self.lora_config.max_loras",)),
+    "empty-admission": UpstreamCheck(("assert num_new_tokens > 0",)),
+    "offloading-reset-mid-step": UpstreamCheck((
+        "assert not self._current_batch_load_jobs",
+        "assert not self._current_batch_jobs_to_flush",
+        "assert not self._current_batch_allocated_block_ids")),
+    # A sliding window's store fencing one GPU block twice (the window handed a freed block
+    # back to the same request, and the connector's mirror of the block table still holds
+    # it at the old place): the store's completion unwatches the block twice.
+    "offloading-fence-twice": UpstreamCheck(
+        ("pending = self._block_id_to_pending_jobs[bid]",), raises="KeyError"),
 }
-"""Check name -> fragments of upstream's assertion line (any one identifies it)."""
+"""Check name -> how upstream stops on it."""
 
 _TWIN_MESSAGE = re.compile(r"release check '([\w-]+)' fails")
 
@@ -43,10 +63,9 @@ def check_in_text(text: str) -> str | None:
     twin = _TWIN_MESSAGE.search(text)
     if twin is not None:
         return twin.group(1)
-    if "AssertionError" not in text:
-        return None
-    return next((check for check, fragments in UPSTREAM_CHECKS.items()
-                 if any(fragment in text for fragment in fragments)), None)
+    return next((check for check, upstream in UPSTREAM_CHECKS.items()
+                 if upstream.raises in text and any(line in text for line in upstream.lines)),
+                None)
 
 
 def same_failure(left: BaseException | None, right: BaseException | None) -> str | None:
@@ -79,6 +98,12 @@ def same_failed_ends(left: Mapping[str, Any], right: Mapping[str, Any]) -> str |
 
 def describe(check: str, step: int) -> str:
     """One line for reports: both systems stopped alike."""
-    upstream = " or ".join(f"`{f}`" for f in UPSTREAM_CHECKS.get(check, ()))
-    return (f"both systems stop at step {step} on release check {check!r}: upstream asserts "
-            f"{upstream or 'it'}, and the twin reproduces the bug")
+    known = UPSTREAM_CHECKS.get(check)
+    if known is None:
+        stops = "upstream stops on it"
+    else:
+        lines = " or ".join(f"`{line}`" for line in known.lines)
+        stops = (f"upstream asserts {lines}" if known.raises == "AssertionError"
+                 else f"upstream raises {known.raises} at {lines}")
+    return (f"both systems stop at step {step} on release check {check!r}: {stops}, and the "
+            "twin reproduces the bug")

@@ -30,6 +30,8 @@ NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba": "mamba 'align' boundary-state hand-offs to the CPU tier are not modelled "
                     "by the twin (it refuses the config)",
     "hybrid-mamba-none": "mamba groups with a connector are not modelled by the twin",
+    "hybrid-mamba-retention0": "mamba 'align' boundary-state hand-offs to the CPU tier are not "
+                               "modelled by the twin (it refuses the config)",
     "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
     "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "
@@ -72,20 +74,14 @@ NOT_OFFLOADED: dict[str, str] = {
 }
 """Suite workloads left out of the offload suite, with why."""
 
-NOT_OFFLOADED_BY_OFFLOADING: dict[str, str] = {
-    "hybrid-sliding-window": "the twin's OffloadingConnector has full-attention groups only "
-                             "(windowed lookups and sparse stores are not twinned)",
-    "hybrid-chunked-local": "the twin's OffloadingConnector has full-attention groups only",
-    "hybrid-reference-window": "the twin's OffloadingConnector has full-attention groups only",
-}
-"""Suite workloads left out with the OffloadingConnector's modes only, with why."""
-
 
 NOT_IN_PD: dict[str, str] = {
     "hybrid-sliding-window": "the twin's NIXL connector has one full-attention group only "
                              "(hybrid exchanges clip their block lists: not twinned)",
     "hybrid-chunked-local": "the twin's NIXL connector has one full-attention group only",
     "hybrid-reference-window": "the twin's NIXL connector has one full-attention group only",
+    "hybrid-sliding-window-retention0": "the twin's NIXL connector has one full-attention group "
+                                        "only",
     "continuum-agent": "the continuum policy is not upstream's (its fork has no NIXL runs)",
 }
 """Suite workloads left out of mode `pd` only, with why."""
@@ -95,10 +91,7 @@ def left_out(name: str, mode: str) -> str | None:
     """Why suite workload `name` is left out of the offload suite in `mode` (None: it runs)."""
     if name in NOT_OFFLOADED:
         return NOT_OFFLOADED[name]
-    why = NOT_IN_PD.get(name) if mode.startswith("pd") else None
-    if why is None and (mode.startswith("offloading") or mode == "pd-offloading"):
-        why = NOT_OFFLOADED_BY_OFFLOADING.get(name)
-    return why
+    return NOT_IN_PD.get(name) if mode.startswith("pd") else None
 
 
 def with_pd_roles(workload: Workload) -> tuple[RequestSpec, ...]:

@@ -188,6 +188,20 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")))),
+    SuiteEntry("hybrid-sliding-window-retention0", "hybrid full + sliding window under vLLM's "
+               "default sparse retention (prefix_cache_retention_interval 0): the window caches "
+               "only the tails before a prompt's replay boundary and before the junction where "
+               "a request parts from a cached prefix; with the OffloadingConnector its stores "
+               "keep the same tails",
+               _variant("hybrid-sliding-window", "hybrid-sliding-window-retention0",
+                        "sparse retention (0)", prefix_cache_retention_interval=0)),
+    SuiteEntry("hybrid-mamba-retention0", "hybrid full + mamba (align) under sparse retention: "
+               "one state kept per reachable boundary (the replay's, a shared prefix's junction)",
+               _variant("hybrid-sliding-window", "hybrid-mamba-retention0",
+                        "groups full + mamba (align), sparse retention (0)",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        prefix_cache_retention_interval=0)),
     SuiteEntry("hybrid-mamba-none", "hybrid full + mamba, cache mode 'none' (0.32 caches every "
                "block boundary; 0.33 refuses it with prefix caching)",
                _variant("hybrid-sliding-window", "hybrid-mamba-none", "groups full + mamba",

@@ -96,7 +96,10 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
-    return scheduler_cls(scheduler_config, KVCacheConfig(config.num_blocks, groups),
+    kv_cache_config = KVCacheConfig(
+        config.num_blocks, groups,
+        prefix_cache_retention_interval=config.prefix_cache_retention_interval)
+    return scheduler_cls(scheduler_config, kv_cache_config,
                          none_hash=none_hash,
                          log_stats=config.log_stats)
 

@@ -149,14 +149,32 @@ def test_an_aborted_transfer_that_never_lands_holds_its_blocks_forever_46283(mod
 def test_two_connector_resets_between_steps_crash_the_offloading_connector() -> None:
     """Found by the offloading family: a second `reset_prefix_cache(reset_connector=True)`
     before the next step, with a store in flight, trips the assertion in upstream's
-    `reset_cache` (the first reset queued the job for flushing). The family draws resets at
-    distinct steps; this test fails the day upstream stops asserting."""
+    `reset_cache` (the first reset queued the job for flushing). The twin stops alike (its
+    release check `offloading-reset-mid-step`), so the run is agreement; this test fails the
+    day upstream stops asserting, or the twin stops reproducing it."""
     workload = load(str(BUGS / "offloading-double-reset-assert.jsonl"))
     steps = [c.step for c in workload.controls]
     assert len(steps) == 2 and steps[0] == steps[1]
     result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    assert result.error is not None and "upstream" in result.error
-    assert "AssertionError" in result.error and "reset_cache" in (result.error_detail or "")
+    assert result.error is None and result.divergences == ()
+    assert result.same_failure is not None
+    assert "on release check 'offloading-reset-mid-step'" in result.same_failure
+    assert "assert not self._current_batch_jobs_to_flush" in result.same_failure
+
+
+def test_a_reset_makes_a_windowed_store_fence_a_block_twice() -> None:
+    """Found by the offloading family over sliding windows: a window gives freed blocks back
+    to the same request, so the connector's mirror of its block table holds a block id at two
+    places; after a connector reset running requests offer every chunk again, one store lists
+    the block twice, and its completion crashes upstream's `update_connector_output` with a
+    KeyError (0.32.0 and 0.33.0). The twin stops alike; this test fails the day upstream
+    stops crashing, or the twin stops reproducing it."""
+    workload = load(str(BUGS / "offloading-window-fence-twice.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergences == () and result.steps == 30
+    assert result.same_failure is not None
+    assert "release check 'offloading-fence-twice'" in result.same_failure
+    assert "upstream raises KeyError" in result.same_failure
 
 
 def test_an_encoder_decoder_models_encoder_room_grows_past_its_size(tmp_path: Path) -> None:

@@ -38,10 +38,11 @@ class MambaManager(SingleTypeKVCacheManager):
         self.cached_this_step: set[BlockHash] = set()
 
     def reachable_block_mask(self, start_block: int, end_block: int,
-                             num_prompt_tokens: int) -> list[bool] | None:
-        """A hit needs one state; with sparse retention only the prompt replay's is kept."""
+                             boundaries: tuple[int, ...]) -> list[bool] | None:
+        """A hit needs one state; with sparse retention only the reachable boundaries' are
+        kept (the prompt replay's, a shared prefix's junction)."""
         if self.retention_interval == 0:
-            return self.replay_tail_mask(start_block, end_block, num_prompt_tokens, 1)
+            return self.replay_tail_mask(start_block, end_block, boundaries, 1)
         return None
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:

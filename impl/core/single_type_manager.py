@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from impl.sched.request import Request
 
 
+def reachable_boundaries(request: Request) -> tuple[int, ...]:
+    """Token positions where a later hit on `request`'s blocks can end: a resend of its
+    prompt stops one token short of it, and a request sharing a prefix with it stops at
+    their junction (`shared_prefix_boundary`, when the lookup found one)."""
+    junction = request.shared_prefix_boundary
+    return (request.num_prompt_tokens - 1, *((junction,) if junction else ()))
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -150,27 +158,32 @@ class SingleTypeKVCacheManager:
             # Only events carry tokens: reading `all_token_ids` builds the request's list.
             token_ids=request.all_token_ids if self.block_pool.enable_kv_cache_events else (),
             lora_name=request.lora_name,
-            block_mask=self.reachable_block_mask(num_cached, num_full, request.num_prompt_tokens),
+            block_mask=self.reachable_block_mask(num_cached, num_full,
+                                                 reachable_boundaries(request)),
         )
         self.num_cached_block[request_id] = num_full
 
     def reachable_block_mask(self, start_block: int, end_block: int,
-                             num_prompt_tokens: int) -> list[bool] | None:
+                             boundaries: tuple[int, ...]) -> list[bool] | None:
         """Which of blocks [start, end) are worth indexing; None means all of them."""
         return None
 
-    def replay_tail_mask(self, start_block: int, end_block: int, num_prompt_tokens: int,
+    def replay_tail_mask(self, start_block: int, end_block: int, boundaries: tuple[int, ...],
                          needed: int) -> list[bool]:
-        """Sparse retention: keep only the `needed` blocks ending at the replay boundary.
+        """Sparse retention: keep only the `needed` blocks ending at each reachable boundary.
 
-        A request resending the prompt hits at most num_prompt_tokens - 1 tokens, aligned down
-        to the hit alignment; a group that needs only the tail before a hit point must keep
-        just that tail for the replay to hit.
-        """
+        A request resending the prompt hits at most num_prompt_tokens - 1 tokens, and one
+        sharing a prefix with it stops at the junction where they part; each, aligned down to
+        the hit alignment, is where a hit can end, and a group that needs only the tail before
+        a hit point must keep just that tail (`reachable_boundaries`)."""
         alignment = self.cache_hit_alignment
-        boundary_block = (num_prompt_tokens - 1) // alignment * alignment // self.block_size
-        first = boundary_block - needed
-        return [first <= i < boundary_block for i in range(start_block, end_block)]
+        keep = [False] * (end_block - start_block)
+        for boundary in boundaries:
+            boundary_block = boundary // alignment * alignment // self.block_size
+            for index in range(max(start_block, boundary_block - needed),
+                               min(end_block, boundary_block)):
+                keep[index - start_block] = True
+        return keep
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
                               num_prompt_tokens: int) -> None:

@@ -23,14 +23,14 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return cdiv(self.kv_cache_spec.sliding_window - 1, self.block_size)
 
     def reachable_block_mask(self, start_block: int, end_block: int,
-                             num_prompt_tokens: int) -> list[bool] | None:
+                             boundaries: tuple[int, ...]) -> list[bool] | None:
         """A hit at an aligned length L needs only the window's blocks just before L, so block
         i is worth caching iff some aligned boundary lies in (i, i + needed] blocks. An EAGLE
         hit matches one block more, past L, before giving it back: its run ends one block
         later and is one block longer."""
         needed = self.blocks_needed_for_hit()
         if self.retention_interval == 0:
-            return self.replay_tail_mask(start_block, end_block, num_prompt_tokens, needed)
+            return self.replay_tail_mask(start_block, end_block, boundaries, needed)
         shift = 1 if self.use_eagle else 0
         needed += shift
         per_alignment = self.cache_hit_alignment // self.block_size

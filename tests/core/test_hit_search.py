@@ -175,7 +175,7 @@ def test_window_blocks_needed_and_the_sparse_retention_mask() -> None:
     window.retention_interval = 1
     window.cache_hit_alignment = 12
     # block i is kept iff a boundary at a multiple of 3 blocks lies in (i, i + 2]
-    assert window.reachable_block_mask(2, 6, 40) == [True, False, True, True]
+    assert window.reachable_block_mask(2, 6, (39,)) == [True, False, True, True]
 
 
 def test_sparse_retention_keeps_only_the_tail_before_the_replay_boundary() -> None:
@@ -190,10 +190,25 @@ def test_sparse_retention_keeps_only_the_tail_before_the_replay_boundary() -> No
     assert isinstance(window, SlidingWindowManager)
     window.retention_interval = 0
     window.cache_hit_alignment = 12
-    assert window.reachable_block_mask(5, 11, 47) == [False, False, True, True, False, False]
+    assert window.reachable_block_mask(5, 11, (46,)) == [False, False, True, True, False, False]
     # aligned to the block alone, 47 tokens replay to 44 (block 11): blocks 9 and 10
     window.cache_hit_alignment = 4
-    assert window.reachable_block_mask(8, 13, 47) == [False, True, True, False, False]
+    assert window.reachable_block_mask(8, 13, (46,)) == [False, True, True, False, False]
+
+
+def test_sparse_retention_also_keeps_the_tail_before_a_shared_prefix_junction() -> None:
+    """A request that shares 26 tokens with a cached one (its lookup's junction) is where a
+    later request sharing that prefix stops: the window's two blocks before 24 (aligned down
+    to 12) are kept too, beside the replay's two before 36."""
+    from tests.core.helpers import make_manager
+
+    manager = make_manager(10, SlidingWindowSpec(block_size=4, sliding_window=6))
+    window = manager.coordinator.managers[0]
+    assert isinstance(window, SlidingWindowManager)
+    window.retention_interval = 0
+    window.cache_hit_alignment = 12
+    assert window.reachable_block_mask(3, 11, (46, 26)) == [
+        False, True, True, False, True, True, False, False]
 
 
 def test_a_hybrid_hit_shortened_by_a_later_group_is_searched_again() -> None:

@@ -187,15 +187,14 @@ def test_integrity_catches_a_watched_block_of_a_job_not_in_flight() -> None:
 
 
 def test_unsupported_groups_and_settings_are_refused_by_field() -> None:
-    from impl.core.specs import KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+    from impl.core.specs import KVCacheConfig, KVCacheGroupSpec, MambaSpec
     from impl.sched.config import SchedulerConfig
 
     config = SchedulerConfig(8, 64, 256, block_size=BLOCK,
                              kv_connector=OffloadingSettings(8))
-    windowed = KVCacheConfig(16, (KVCacheGroupSpec(("l",), SlidingWindowSpec(
-        block_size=BLOCK, sliding_window=8)),))
-    with pytest.raises(ValueError, match="SlidingWindowSpec group"):
-        Scheduler(config, windowed, none_hash=b"x", log_stats=False)
+    with_mamba = KVCacheConfig(16, (KVCacheGroupSpec(("m",), MambaSpec(block_size=BLOCK)),))
+    with pytest.raises(ValueError, match="a mamba group \\(group 0\\) is not implemented"):
+        Scheduler(config, with_mamba, none_hash=b"x", log_stats=False)
     with pytest.raises(ValueError, match="eviction_policy"):
         OffloadingSettings(8, eviction_policy="fifo")
 

@@ -73,9 +73,13 @@ def offload_workloads(draw: Any, max_requests: int = 10) -> Workload:
 
 
 def offloading_capable(workload: Workload) -> bool:
-    """Layouts the twin's OffloadingConnector models: full-attention groups only (and no EAGLE
-    drafter: a connector with one is not modelled)."""
-    return (all(g.type == "full" for g in workload.config.kv_cache_groups)
+    """Layouts the twin's OffloadingConnector models: full attention (reference windows are
+    full attention to it), sliding windows (not bounded replay's) and chunked-local groups,
+    in any mix, a window alone included (no EAGLE drafter: a connector with one is not
+    modelled). The layouts' small windows (half a block to three) beside chunks of up to
+    three blocks make the sparse stores (`impl.connector.offloading.windows`) sparse."""
+    return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
+                and not g.bounded_replay for g in workload.config.kv_cache_groups)
             and workload.config.spec_method != "eagle")
 
 

@@ -131,6 +131,11 @@ def engine_configs(draw: Any) -> EngineConfig:
     # token instead) where the twin models it: no mamba or chunked local groups.
     eagle = bool(spec) and all(g.type not in ("mamba", "chunked_local") for g in groups) and draw(
         st.sampled_from((False, False, True)), label="eagle")
+    # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
+    # states keep only the tails a replay or a shared prefix's junction can reach.
+    retention = None if eagle or not any(
+        g.type in ("sliding_window", "mamba") and not g.bounded_replay for g in groups
+    ) else draw(st.sampled_from((None, None, 0)), label="retention")
     interval = draw(st.sampled_from((1, 1, 1, 2, 3)), label="prefill_schedule_interval")
     # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
     # engine core (both releases).
@@ -163,6 +168,7 @@ def engine_configs(draw: Any) -> EngineConfig:
             draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0),
         spec_method="eagle" if eagle else "ngram",
         prefill_schedule_interval=interval,
+        prefix_cache_retention_interval=retention,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
         data_parallel=data_parallel,
         # Per-request spec-decode metrics ride on finished outputs (compared), with or

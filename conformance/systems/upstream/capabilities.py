@@ -19,6 +19,7 @@ built: vLLM X has no Scheduler.Y" at start-up, not an AttributeError at the firs
 | `mamba_cache_mode`            | `CacheConfig`     | the mamba groups' cache mode  | "none"  |
 | `hash_block_size`             | `KVCacheConfig`   | `hash_block_size`             | block   |
 | `hash_block_size`             | `Scheduler`       | `hash_block_size`             | block   |
+| `prefix_cache_retention_interval` | `KVCacheConfig` | `prefix_cache_retention_interval` | None |
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("KVCacheConfig", "hash_block_size", "hash_block_size",
          lambda config: config.block_size),
     Knob("Scheduler", "hash_block_size", "hash_block_size", lambda config: config.block_size),
+    Knob("KVCacheConfig", "prefix_cache_retention_interval", "prefix_cache_retention_interval",
+         lambda _config: None),
 )
 
 

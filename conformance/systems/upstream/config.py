@@ -83,6 +83,17 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         mamba_cache_mode=mamba_cache_mode(config),
     ), config, release))
     cache_config.num_gpu_blocks = config.num_blocks
+    if hasattr(cache_config, "prefix_cache_retention_interval"):
+        # The engine-wide setting, which the OffloadingConnector reads for its stores, must
+        # say what `build_kv_cache_config` hands the KV cache (upstream's default there is 0,
+        # replay tails only; a workload's default is None, every reachable block).
+        cache_config.prefix_cache_retention_interval = config.prefix_cache_retention_interval
+    if (hasattr(cache_config, "prefix_match_unit") and config.hash_block_size is not None
+            and len(config.kv_cache_groups) > 1):
+        # The workload's hash block is the engine's `--prefix-match-unit`: connectors read
+        # it there (the OffloadingConnector keys its chunks by it), the KV cache config
+        # above carries it to the scheduler.
+        cache_config.prefix_match_unit = config.hash_block_size
     speculative_config = None
     if config.num_spec_tokens > 0:
         speculative_config = SpeculativeConfig(
@@ -148,4 +159,6 @@ def build_kv_cache_config(config: EngineConfig) -> Any:
               for i, g in enumerate(config.kv_cache_groups)]
     return KVCacheConfig(**honour(KVCacheConfig, dict(
         num_blocks=config.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
-        hash_block_size=config.effective_hash_block_size), config, release))
+        hash_block_size=config.effective_hash_block_size,
+        prefix_cache_retention_interval=config.prefix_cache_retention_interval),
+        config, release))

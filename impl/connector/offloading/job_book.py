@@ -16,7 +16,7 @@ from impl.connector.offloading.keys import OffloadKey
 from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.request_state import RequestOffload
 from impl.connector.types import KVConnectorOutput
-from vtwin.errors import IntegrityError
+from vtwin.errors import IntegrityError, ReleaseCheckFailed
 
 FULL_WALK_EVERY = 64
 """`check_integrity` walks the manager's whole catalogue on its first call and every this many
@@ -36,8 +36,8 @@ class JobBook:
         # 0.33 (`Behaviour.offloading_reset_fence`): job -> worker reports still owed, for the
         # jobs a reset flushed; the engine keeps stepping until the fence is empty.
         self.reset_fence: dict[int, int] = {}
-        # Block id -> store jobs reading it, for finished requests (whose blocks may be
-        # handed out again while the store is in flight).
+        # Block id -> store jobs reading it, for finished requests and windowed groups
+        # (whose blocks may be handed out again while the store is in flight).
         self.watched_blocks: dict[int, set[int]] = {}
         # Chunks a load in flight reads (prefix caching on): a request hitting one waits.
         self.chunks_being_loaded: set[OffloadKey] | None = (
@@ -69,16 +69,29 @@ class JobBook:
                 self.manager.complete_load(list(status.keys))
                 if self.chunks_being_loaded:
                     self.chunks_being_loaded.difference_update(status.keys)
-            if self.watched_blocks and state.request.is_finished():
-                for block_id in status.deferred_fence:
-                    watchers = self.watched_blocks[block_id]
-                    watchers.discard(job_id)
-                    if not watchers:
-                        del self.watched_blocks[block_id]
+            if self.watched_blocks:
+                self._unwatch(job_id, status.fence)
+                if state.request.is_finished():
+                    self._unwatch(job_id, status.deferred_fence)
             del self.jobs[job_id]
             state.jobs.discard(job_id)
             if state.finished_signalled and not state.jobs:
                 del self.requests[status.req_id]
+
+    def _unwatch(self, job_id: int, block_ids: tuple[int, ...]) -> None:
+        """Stop watching `block_ids` for `job_id`. A windowed store can list one block twice
+        (the window gave a freed block back to the same request, and the mirrored block table
+        still holds it where it was): upstream then finds the block unwatched the second time
+        and crashes (a KeyError); the twin stops alike."""
+        for block_id in block_ids:
+            watchers = self.watched_blocks.get(block_id)
+            if watchers is None:
+                raise ReleaseCheckFailed("offloading-fence-twice", (
+                    f"store job {job_id} unwatches GPU block {block_id}, which no job watches "
+                    "(it listed the block twice)"))
+            watchers.discard(job_id)
+            if not watchers:
+                del self.watched_blocks[block_id]
 
     def _release_fence(self, job_id: int, count: int) -> None:
         """A report of a job a reset flushed: one fewer owed (nothing without a fence)."""

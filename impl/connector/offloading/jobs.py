@@ -38,14 +38,17 @@ class JobStatus:
     """A job in flight. `keys` is a set, built from the manager's answer in its order, because
     the manager completes the keys in the set's iteration order (which, for byte strings, the
     process's hash seed decides; both sides of a lockstep run share it). `deferred_fence`:
-    the GPU blocks a store reads, watched for reuse only once its request has finished (until
-    then the request's own references keep them)."""
+    the GPU blocks of full-attention groups a store reads, watched for reuse only once its
+    request has finished (until then the request's own references keep them); `fence`: those
+    of windowed groups, watched from the start (a window frees its blocks while the request
+    runs)."""
 
     req_id: str
     pending_workers: int
     keys: set[OffloadKey]
     is_store: bool
     deferred_fence: tuple[int, ...] = ()
+    fence: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from impl.connector.offloading.keys import OffloadKey, RequestContext, offload_key
+from impl.core.specs import KVCacheSpec
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
@@ -20,13 +21,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:
-    """One offloaded KV-cache group: its index, tokens per GPU block and per chunk, and how
-    many hash blocks a chunk spans."""
+    """One offloaded KV-cache group: its index, tokens per GPU block and per chunk, how many
+    hash blocks a chunk spans, its spec, and how many chunks a hit needs in it (`window`:
+    None for full attention, which needs the whole prefix; `impl.connector.offloading.windows`)."""
 
     group: int
     tokens_per_block: int
     tokens_per_chunk: int
     hashes_per_chunk: int
+    spec: KVCacheSpec
+    window: int | None = None
 
 
 @dataclass(slots=True)

@@ -21,13 +21,14 @@ prefix hit. Per step the scheduler side does three things:
   chunks become readable. A request's bookkeeping goes once it has finished and its last job
   is done.
 
-Stores live in `stores` (`StoreOffers`), the jobs in flight and their completions in
-`job_book` (`JobBook`); this module keeps lookups, loads, the step's bookkeeping and resets.
+Lookups live in `lookup` (`Lookups`), stores in `stores` (`StoreOffers`), the jobs in flight
+and their completions in `job_book` (`JobBook`); this module keeps loads, the step's
+bookkeeping and resets.
 
-Only full-attention groups are twinned: sliding-window, chunked-local and mamba groups
-(windowed lookups, sparse stores, partial-tail hand-offs) are not, and
+Full-attention, sliding-window and chunked-local groups are twinned (windowed lookups and
+sparse stores: `windows`); mamba groups (partial-tail hand-offs) are not, and
 `check_offloading_supported` says so; nor are EAGLE/MTP drafter groups (the workload format
-has no drafter model), tiering backends (they need their storage services) or the
+has no drafter with a connector), tiering backends (they need their storage services) or the
 per-request `kv_transfer_params` caps (the workload format has no such field).
 """
 
@@ -43,12 +44,15 @@ from impl.connector.offloading.jobs import (
     OffloadingMetadata,
     TransferJob,
 )
-from impl.connector.offloading.keys import LookupResult, OffloadKey, RequestContext
+from impl.connector.offloading.keys import OffloadKey, RequestContext
+from impl.connector.offloading.lookup import Lookups
 from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
+from impl.connector.offloading.windows import is_offloadable, window_in_chunks
 from impl.connector.types import OffloadingSettings
-from impl.core.specs import FullAttentionSpec, KVCacheConfig
+from impl.core.specs import KVCacheConfig
+from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
     from impl.core.kv_cache_manager import KVCacheBlocks
@@ -63,16 +67,28 @@ def _cdiv(a: int, b: int) -> int:
 def check_offloading_supported(kv_cache_config: KVCacheConfig, hash_block_size: int) -> None:
     """Configurations the twin's OffloadingConnector does not model, refused by field."""
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
-        if type(group.kv_cache_spec) is not FullAttentionSpec:
+        if not is_offloadable(group.kv_cache_spec):
             raise ValueError(f"kv_connector: the OffloadingConnector with a "
-                             f"{type(group.kv_cache_spec).__name__} group (group {index}) is "
-                             "not implemented by the twin; only full-attention groups are")
+                             f"{group.kv_cache_spec.type_id} group (group {index}) is not "
+                             "implemented by the twin; full-attention, sliding-window and "
+                             "chunked-local groups are")
         if group.kv_cache_spec.block_size % hash_block_size:
             raise ValueError(f"kv_connector: group {index}'s block size is not a multiple of "
                              f"hash_block_size {hash_block_size}")
 
 
-class OffloadingConnectorScheduler(StoreOffers):
+def _alignment_tokens(shapes: tuple[GroupShape, ...]) -> int | None:
+    """Where every CPU-tier hit ends: a multiple of the full-attention groups' chunk (when
+    they agree on one); with no full-attention group, of the widest chunk. None: no rule."""
+    full = {shape.tokens_per_chunk for shape in shapes if shape.window is None}
+    if len(full) == 1:
+        return full.pop()
+    if not full and shapes:
+        return max(shape.tokens_per_chunk for shape in shapes)
+    return None
+
+
+class OffloadingConnectorScheduler(Lookups, StoreOffers):
     def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, enable_prefix_caching: bool = True,
                  behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
@@ -80,11 +96,13 @@ class OffloadingConnectorScheduler(StoreOffers):
         self.behaviour = behaviour
         self.blocks_per_chunk = settings.blocks_per_chunk
         self.shapes = tuple(
-            GroupShape(index, group.kv_cache_spec.block_size,
-                       group.kv_cache_spec.block_size * settings.blocks_per_chunk,
-                       group.kv_cache_spec.block_size * settings.blocks_per_chunk
-                       // hash_block_size)
-            for index, group in enumerate(kv_cache_config.kv_cache_groups))
+            GroupShape(index, spec.block_size, spec.block_size * settings.blocks_per_chunk,
+                       spec.block_size * settings.blocks_per_chunk // hash_block_size, spec,
+                       window_in_chunks(spec, spec.block_size * settings.blocks_per_chunk))
+            for index, spec in enumerate(g.kv_cache_spec
+                                         for g in kv_cache_config.kv_cache_groups))
+        self.retention_interval = kv_cache_config.prefix_cache_retention_interval
+        self.alignment_tokens = _alignment_tokens(self.shapes)
         self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
         self.manager = CPUOffloadingManager(
             settings.num_cpu_chunks, settings.eviction_policy,
@@ -132,61 +150,6 @@ class OffloadingConnectorScheduler(StoreOffers):
         state.num_local_tokens = num_computed_tokens
         hit: int | None = 0 if request.skip_reading_prefix_cache else self._lookup(state)
         return hit, bool(hit)
-
-    def _lookup(self, state: RequestOffload) -> int | None:
-        """The longest run of chunks every group holds past the local hit, in tokens; None if
-        a chunk of it is still being written or loaded."""
-        num_local = state.num_local_tokens
-        max_hit = state.request.num_tokens
-        num_hit = 0
-        deferred = False
-        pending = range(len(self.shapes))
-        while pending:
-            groups, pending = pending, range(0)
-            for index in groups:
-                shape, group = self.shapes[index], state.groups[index]
-                per_chunk = shape.tokens_per_chunk
-                max_hit = min(max_hit, len(group.keys) * per_chunk)
-                if max_hit - num_local < per_chunk:
-                    return 0
-                start = num_local // per_chunk
-                end = min(_cdiv(max_hit, per_chunk), len(group.keys))
-                found = self._prefix_hits(group.keys[start:end])
-                if found == 0:
-                    return 0
-                if found is None:
-                    deferred = True
-                else:
-                    max_hit = min(max_hit, per_chunk * (start + found))
-                new_hit = max_hit - num_local
-                if new_hit < per_chunk:
-                    return 0
-                if new_hit < num_hit and deferred:
-                    deferred = False  # a shorter hit: ask every group again
-                    pending = range(len(self.shapes))
-                num_hit = new_hit
-        if deferred:
-            return None
-        if self.chunks_being_loaded:
-            end_tokens = num_local + num_hit
-            for shape, group in zip(self.shapes, state.groups, strict=True):
-                keys = group.keys[num_local // shape.tokens_per_chunk:
-                                  _cdiv(end_tokens, shape.tokens_per_chunk)]
-                if any(key in self.chunks_being_loaded for key in keys):
-                    return None
-        return num_hit
-
-    def _prefix_hits(self, keys: list[OffloadKey]) -> int | None:
-        """Chunks found from the start of `keys` (None: one of them is still being written)."""
-        found = 0
-        deferred = False
-        for key in keys:
-            result = self.manager.lookup(key)
-            if result is LookupResult.MISS:
-                break
-            deferred |= result is LookupResult.HIT_PENDING
-            found += 1
-        return None if deferred else found
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:
@@ -260,12 +223,18 @@ class OffloadingConnectorScheduler(StoreOffers):
         return meta
 
     def _follow_block_tables(self, output: SchedulerOutput) -> None:
-        """Mirror the block tables the step hands out (a resumed request's is replaced)."""
+        """Mirror the block tables the step hands out (a resumed request's is replaced).
+
+        A windowed group frees blocks that fall out of its window before the request ends,
+        and the pool may hand one out again this step: every request's windowed entries not
+        stored yet that name a block handed out now are blanked (0), so no store reads it."""
         cached = output.scheduled_cached_reqs
         updates = chain(((new.req_id, new.block_ids, False) for new in output.scheduled_new_reqs),
                         ((req_id, new_ids, req_id in cached.resumed_req_ids)
                          for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids,
                                                     strict=True)))
+        windowed = [i for i, shape in enumerate(self.shapes) if shape.window is not None]
+        known_ends: dict[str, list[int]] = {}  # windowed tables' lengths before this step
         for req_id, new_ids, resumed in updates:
             state = self.requests[req_id]
             state.extend_keys(self.shapes)
@@ -273,13 +242,34 @@ class OffloadingConnectorScheduler(StoreOffers):
                 for group in state.groups:
                     group.block_ids.clear()
             if new_ids:
+                known_ends[req_id] = [len(state.groups[i].block_ids) for i in windowed]
                 for shape, group in zip(self.shapes, state.groups, strict=True):
                     group.block_ids.extend(new_ids[shape.group])
                     self.batch_allocated.update(b for b in new_ids[shape.group] if b != 0)
+        if not windowed or not self.batch_allocated:
+            return
+        for req_id, state in self.requests.items():
+            ends = known_ends.get(req_id)
+            for position, index in enumerate(windowed):
+                group = state.groups[index]
+                end = len(group.block_ids) if ends is None else ends[position]
+                for slot in range(group.next_stored_chunk * self.blocks_per_chunk, end):
+                    if group.block_ids[slot] in self.batch_allocated:
+                        group.block_ids[slot] = 0
 
     def reset_cache(self) -> None:
         """Forget every chunk: jobs in flight are flushed and their reports ignored, finished
-        requests forgotten, running ones offer their chunks again from the first."""
+        requests forgotten, running ones offer their chunks again from the first.
+
+        Upstream asserts that no step is half-gathered: a reset after another with no step
+        between them, while jobs were in flight at the first (whose flushes wait for the next
+        step), stops the engine. The twin stops alike (`conformance/upstream_bugs/
+        offloading-double-reset-assert.jsonl`)."""
+        if self.batch_loads or self.batch_flush or self.batch_allocated:
+            raise ReleaseCheckFailed("offloading-reset-mid-step", (
+                f"the connector's cache is reset with {len(self.batch_flush)} flushes, "
+                f"{len(self.batch_loads)} loads and {len(self.batch_allocated)} allocated "
+                "blocks of a step not yet built (a reset after a reset, no step between)"))
         self.batch_flush.update(self.jobs)
         for req_id, state in list(self.requests.items()):
             if state.request.is_finished():

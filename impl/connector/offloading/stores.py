@@ -13,20 +13,27 @@ from __future__ import annotations
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from impl.behaviour import Behaviour
 from impl.connector.offloading.job_book import JobBook
 from impl.connector.offloading.jobs import GPUBlocks, JobStatus, TransferJob
 from impl.connector.offloading.keys import OffloadKey
-from impl.connector.offloading.request_state import GroupShape
+from impl.connector.offloading.request_state import GroupShape, GroupState, RequestOffload
+from impl.connector.offloading.windows import store_mask
 from impl.connector.types import OffloadingSettings
+from impl.core.specs import SlidingWindowSpec
 
 if TYPE_CHECKING:
     from impl.sched.output import SchedulerOutput
+    from impl.sched.request import Request
 
 
 class StoreOffers(JobBook):
     settings: OffloadingSettings
     shapes: tuple[GroupShape, ...]
     blocks_per_chunk: int
+    retention_interval: int | None
+    alignment_tokens: int | None
+    behaviour: Behaviour
 
     def _store_jobs(self, output: SchedulerOutput) -> dict[int, TransferJob]:
         jobs: dict[int, TransferJob] = {}
@@ -49,16 +56,12 @@ class StoreOffers(JobBook):
                 num_tokens = min(num_tokens, request.num_prompt_tokens)
             offered: list[OffloadKey] = []
             ranges: list[tuple[int, int]] = []
+            prompt_chunks_tokens = min(request.num_prompt_tokens, request.num_tokens)
             for shape, group in zip(self.shapes, state.groups, strict=True):
-                start = group.next_stored_chunk
-                end = state.storable_chunks(shape, group, num_tokens, per_chunk)
-                ranges.append((start, end))
-                if end > start:
-                    last_blocks = group.block_ids[start * per_chunk + per_chunk - 1:
-                                                  end * per_chunk:per_chunk]
-                    offered.extend(key for key, block_id in zip(group.keys[start:end],
-                                                                last_blocks, strict=True)
-                                   if block_id != 0)
+                span = self._store_range(state, shape, group, num_tokens, prompt_chunks_tokens)
+                ranges.append((span.start, span.stop))
+                offered.extend(self._offered(state, shape, group, span,
+                                             prompt_chunks_tokens // shape.tokens_per_chunk))
             if not offered:
                 state.advance_stored(self.shapes, num_tokens, per_chunk)
                 continue
@@ -70,9 +73,12 @@ class StoreOffers(JobBook):
                 continue
             to_store = set(plan.keys)
             block_ids: list[int] = []
+            fenced: list[int] = []  # windowed groups' blocks: watched from the start
+            deferred: list[int] = []  # the others: watched once the request has finished
             sizes: list[int] = []
             starts: list[int] = []
-            for group, (start, end) in zip(state.groups, ranges, strict=True):
+            for shape, group, (start, end) in zip(self.shapes, state.groups, ranges,
+                                                  strict=True):
                 first: int | None = None
                 count = 0
                 for chunk, key in enumerate(group.keys[start:end], start):
@@ -84,20 +90,96 @@ class StoreOffers(JobBook):
                         if first is None:
                             first = index
                         block_ids.append(group.block_ids[index])
+                        (deferred if shape.window is None else fenced).append(
+                            group.block_ids[index])
                         count += 1
                 sizes.append(count)
                 starts.append(first or 0)
                 group.next_stored_chunk = max(group.next_stored_chunk, end)
             job_id = self._new_job_id()
             state.jobs.add(job_id)
+            for block_id in fenced:
+                self.watched_blocks.setdefault(block_id, set()).add(job_id)
             self.jobs[job_id] = JobStatus(req_id, 1, to_store, is_store=True,
-                                          deferred_fence=tuple(block_ids))
+                                          deferred_fence=tuple(deferred), fence=tuple(fenced))
             jobs[job_id] = TransferJob(req_id, GPUBlocks(tuple(block_ids), tuple(sizes),
                                                          tuple(starts)), plan.chunk_ids)
             if request.is_finished():
-                for block_id in block_ids:
+                for block_id in deferred:
                     self.watched_blocks.setdefault(block_id, set()).add(job_id)
                     if block_id in self.batch_allocated:
                         self.batch_flush.add(job_id)
         return jobs
+
+    def _store_range(self, state: RequestOffload, shape: GroupShape, group: GroupState,
+                     num_tokens: int, prompt_tokens: int) -> range:
+        """The chunks of one group a store looks at: from the group's cursor to what is
+        computed, allocated and keyed. Once a request has finished past its prompt, a
+        sliding window also looks again at the last partial segment (whose tail the prompt's
+        end made worth storing before: `_offered` leaves those chunks out)."""
+        per_chunk = self.blocks_per_chunk
+        end = state.storable_chunks(shape, group, num_tokens, per_chunk)
+        start = group.next_stored_chunk
+        segment = self._final_tail_segment_blocks(shape)
+        if (state.request.is_finished() and segment is not None
+                and end != prompt_tokens // shape.tokens_per_chunk
+                and self.retention_interval is None):
+            horizon = end * per_chunk
+            start = min(start, (horizon - horizon % segment) // per_chunk)
+        return range(start, end)
+
+    def _final_tail_segment_blocks(self, shape: GroupShape) -> int | None:
+        """A sliding window's segment in blocks, when hits align to whole blocks of it."""
+        alignment = self.alignment_tokens
+        if (alignment is None or not isinstance(shape.spec, SlidingWindowSpec)
+                or alignment % shape.tokens_per_block):
+            return None
+        return alignment // shape.tokens_per_block
+
+    def _offered(self, state: RequestOffload, shape: GroupShape, group: GroupState,
+                 span: range, prompt_chunks: int) -> list[OffloadKey]:
+        """The chunks of `span` a store offers: allocated (the last block of the chunk is
+        not blank) and able to serve a hit (`windows.store_mask`)."""
+        if not span:
+            return []
+        per_chunk = self.blocks_per_chunk
+        request = state.request
+        finished = request.is_finished()
+        if self.retention_interval is not None:
+            horizon: int | None = None
+        elif finished:
+            horizon = span.stop
+        else:
+            horizon = prompt_chunks if span.stop <= prompt_chunks else None
+        mask = self._mask(shape, span, horizon, request)
+        again = (finished and span.stop != prompt_chunks and self.retention_interval is None
+                 and self._final_tail_segment_blocks(shape) is not None)
+        prompt_mask = self._mask(shape, span, prompt_chunks, request) if again else None
+        offered: list[OffloadKey] = []
+        for chunk in span:
+            if group.block_ids[chunk * per_chunk + per_chunk - 1] == 0:
+                continue
+            blocks = range((chunk - span.start) * per_chunk, (chunk - span.start + 1) * per_chunk)
+            if again and chunk < group.next_stored_chunk and (
+                    prompt_mask is None or any(prompt_mask[b] for b in blocks)):
+                continue  # stored (or offered) when the prompt ended
+            if mask is not None and not any(mask[b] for b in blocks):
+                continue
+            if self.behaviour.offloading_skips_chunks_with_holes and any(
+                    group.block_ids[span.start * per_chunk + b] == 0
+                    and (mask is None or mask[b]) for b in blocks):
+                continue  # a hole that could serve a hit: the copy would be incomplete
+            offered.append(group.keys[chunk])
+        return offered
+
+    def _mask(self, shape: GroupShape, span: range, horizon: int | None,
+              request: Request) -> list[bool] | None:
+        per_chunk = self.blocks_per_chunk
+        boundaries: tuple[int, ...] = (request.num_prompt_tokens - 1,)
+        if request.shared_prefix_boundary:
+            boundaries += (request.shared_prefix_boundary,)
+        return store_mask(shape.spec, span.start * per_chunk, span.stop * per_chunk,
+                          alignment_tokens=self.alignment_tokens,
+                          final_end_block=None if horizon is None else horizon * per_chunk,
+                          retention_interval=self.retention_interval, boundaries=boundaries)
 
