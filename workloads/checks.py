@@ -99,10 +99,13 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
             f"{model.max_model_len} ({needed} blocks of {model.block_size})",
         )
-    if "nixl" in _connector_types(model) and (
-            [g.type for g in model.kv_cache_groups] != ["full"]):
-        raise fail("kv_cache_groups", "the 'nixl' connector is modelled for one full-attention "
-                   "group only (hybrid exchanges clip their block lists; not modelled yet)")
+    if "nixl" in _connector_types(model):
+        for index, g in enumerate(model.kv_cache_groups):
+            if g.type not in ("full", "reference_window", "sliding_window", "chunked_local") \
+                    or g.bounded_replay:
+                raise fail(f"kv_cache_groups[{index}]", f"the 'nixl' connector with a "
+                           f"{g.type}{' (bounded replay)' if g.bounded_replay else ''} group is "
+                           "not modelled (full attention, windows and chunked local are)")
     check_uncached_groups(model, fail)
     check_encoder_decoder_config(model, fail)
     modes = {g.mamba_cache_mode or "none" for g in model.kv_cache_groups if g.type == "mamba"}

@@ -41,6 +41,10 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
     # A sliding window's store fencing one GPU block twice (the window handed a freed block
     # back to the same request, and the connector's mirror of the block table still holds
     # it at the old place): the store's completion unwatches the block twice.
+    # A connector reporting failed blocks (NIXL does where every group is full attention to
+    # it, e.g. a reference window beside full attention) on a model of several groups.
+    "block-level-failures-multi-group": UpstreamCheck(
+        ("A KV connector reported block-level load failures",), raises="RuntimeError"),
     "offloading-fence-twice": UpstreamCheck(
         ("pending = self._block_id_to_pending_jobs[bid]",), raises="KeyError"),
 }

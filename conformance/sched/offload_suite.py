@@ -76,12 +76,9 @@ NOT_OFFLOADED: dict[str, str] = {
 
 
 NOT_IN_PD: dict[str, str] = {
-    "hybrid-sliding-window": "the twin's NIXL connector has one full-attention group only "
-                             "(hybrid exchanges clip their block lists: not twinned)",
-    "hybrid-chunked-local": "the twin's NIXL connector has one full-attention group only",
-    "hybrid-reference-window": "the twin's NIXL connector has one full-attention group only",
-    "hybrid-sliding-window-retention0": "the twin's NIXL connector has one full-attention group "
-                                        "only",
+    "hybrid-reference-window": "its failing pull crashes upstream (a block-level failure report "
+                               "on two KV-cache groups; conformance/upstream_bugs/"
+                               "pd-failed-pull-two-groups.jsonl): both stop alike mid-run",
     "continuum-agent": "the continuum policy is not upstream's (its fork has no NIXL runs)",
 }
 """Suite workloads left out of mode `pd` only, with why."""

@@ -8,9 +8,10 @@ fact of the workload, not of timing. The rules follow upstream's NIXL worker (pu
   (an aborted request too: the scheduler then frees its blocks); a pull without `awaiting`
   only releases the peer's blocks and reports nothing;
 * a request whose workload says `load_fails` has its whole pull fail: it is reported finished
-  *and* failed, and, as upstream's worker does for a model of one KV-cache group, its local
-  blocks are reported invalid too; one whose workload says `pull_lost` is never reported (the
-  peer never answered);
+  *and* failed, and, as upstream's worker does where every group is full attention, its local
+  blocks are reported invalid too (a hybrid model's block ids are unique per group only, so
+  there the failure is reported by request alone); one whose workload says `pull_lost` is
+  never reported (the peer never answered);
 * a finished prefill announced in step s (`reads_awaited`) is read by the modelled decode peer
   in the output of step s + `send_latency_steps` and reported as finished sending.
 
@@ -47,6 +48,8 @@ class PDWorker:
                                   if r.kv_transfer is not None and r.kv_transfer.load_fails)
         self._lost = frozenset(r.request_id for r in workload.requests
                                if r.kv_transfer is not None and r.kv_transfer.pull_lost)
+        self._block_level_failures = all(g.type in ("full", "reference_window")
+                                         for g in workload.config.kv_cache_groups)
         self._pulls: deque[_InFlight] = deque()
         self._reads: deque[_InFlight] = deque()
 
@@ -63,7 +66,8 @@ class PDWorker:
         failed = [p for p in pulled if p.req_id in self._failing]
         return ConnectorReport(
             finished_loads=tuple(sorted(p.req_id for p in pulled)),
-            invalid_block_ids=tuple(sorted({b for p in failed for b in p.blocks})),
+            invalid_block_ids=tuple(sorted({b for p in failed for b in p.blocks}))
+            if self._block_level_failures else (),
             finished_sends=tuple(sorted(r.req_id for r in _complete(self._reads, step))),
             failed_loads=tuple(sorted(p.req_id for p in failed)))
 

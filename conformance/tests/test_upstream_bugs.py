@@ -177,6 +177,20 @@ def test_a_reset_makes_a_windowed_store_fence_a_block_twice() -> None:
     assert "upstream raises KeyError" in result.same_failure
 
 
+def test_a_failed_pull_on_two_full_attention_groups_crashes_the_scheduler() -> None:
+    """Found by running the suite's hybrid layouts with the NIXL connector: beside full
+    attention, a reference window is full attention to NIXL's worker, which then reports a
+    failed pull's blocks as invalid; upstream's scheduler refuses block-level reports on a
+    model of several groups and raises (0.32.0 and 0.33.0). The twin stops alike; this test
+    fails the day upstream stops raising, or the twin stops reproducing it."""
+    workload = load(str(BUGS / "pd-failed-pull-two-groups.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergences == () and result.steps == 1
+    assert result.same_failure is not None
+    assert "release check 'block-level-failures-multi-group'" in result.same_failure
+    assert "upstream raises RuntimeError" in result.same_failure
+
+
 def test_an_encoder_decoder_models_encoder_room_grows_past_its_size(tmp_path: Path) -> None:
     """An encoder-decoder model (Whisper) gives its request's encoder room back every time it
     frees the input, and frees it after every step once the request has computed a token (and

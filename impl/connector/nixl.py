@@ -17,6 +17,12 @@ One engine instance of a P/D pair (a `kv_both` instance may play either part per
   decode side needs (`FinishedTransfer`: the blocks to read, the tokens they hold). A request
   that ends otherwise (abort, error) frees its blocks at once and is listed as not processed.
 
+Hybrid models: every block list exchanged with the peer (the blocks a pull fills, the blocks
+a finished prefill hands on, push mode's registrations and writes) keeps, of a sliding-window
+group, only the window's tail (`ExchangeClip`): the KV cache allocates a window's group for
+the whole sequence and frees what falls out of the window only later. Chunked-local and
+reference-window groups exchange every block; mamba groups are not modelled.
+
 The connector keeps no per-step state past `build_connector_meta` except what the integrity
 check needs to know: the pulls in flight and the finished requests whose blocks wait for their
 read.
@@ -28,7 +34,12 @@ from typing import TYPE_CHECKING
 
 from impl.connector.nixl_metadata import NixlMetadata, PullOrder
 from impl.connector.types import FinishedTransfer, KVConnectorOutput
-from impl.core.specs import FullAttentionSpec, KVCacheConfig
+from impl.core.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    SlidingWindowSpec,
+)
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -41,13 +52,40 @@ NORMAL_FINISHES = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED"})
 (abort, error, ignored) frees at once."""
 
 
+class ExchangeClip:
+    """Which blocks of each group a P/D exchange carries: a sliding window's last
+    cdiv(window, block) + 1 blocks (the window rarely starts on a block boundary), every block
+    of the others. Only when some group is not full attention; otherwise lists pass whole."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig) -> None:
+        specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
+        for index, spec in enumerate(specs):
+            supported = (isinstance(spec, FullAttentionSpec | ChunkedLocalAttentionSpec)
+                         or (isinstance(spec, SlidingWindowSpec) and not spec.bounded_replay))
+            if not supported:
+                raise ValueError(f"kv_connector: the 'nixl' connector with a {spec.type_id} "
+                                 f"group (group {index}) is not modelled")
+        self.hybrid = any(not isinstance(spec, FullAttentionSpec) for spec in specs)
+        self.window_blocks = [-(-spec.sliding_window // spec.block_size) + 1
+                              if isinstance(spec, SlidingWindowSpec) else 0 for spec in specs]
+
+    def clip(self, block_ids: tuple[list[int], ...]) -> tuple[list[int], ...]:
+        if not self.hybrid or not block_ids:
+            return block_ids
+        return tuple(ids[-keep:] if keep else ids
+                     for ids, keep in zip(block_ids, self.window_blocks, strict=True))
+
+
+def unhashed_blocks(blocks: KVCacheBlocks) -> tuple[list[int], ...]:
+    """Per group, the blocks holding no cached KV (a window's null padding left out)."""
+    return tuple([b.block_id for b in group if b.block_hash is None and not b.is_null]
+                 for group in blocks.blocks)
+
+
 class NixlConnectorScheduler:
     def __init__(self, kv_cache_config: KVCacheConfig, *, bidirectional: bool = False,
                  recompute_threshold: int = 64) -> None:
-        if [type(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups] != [
-                FullAttentionSpec]:
-            raise ValueError("kv_connector: the 'nixl' connector is modelled for one "
-                             "full-attention group only")
+        self.exchange = ExchangeClip(kv_cache_config)
         self.group_block_sizes = [g.kv_cache_spec.block_size
                                   for g in kv_cache_config.kv_cache_groups]
         self.bidirectional = bidirectional
@@ -95,8 +133,7 @@ class NixlConnectorScheduler:
         if not (transfer.do_remote_prefill or readback):
             return
         transfer.readback_ordered = readback or transfer.readback_ordered
-        local = tuple([b.block_id for b in group if b.block_hash is None]
-                      for group in blocks.blocks) if num_external_tokens > 0 else ()
+        local = self.exchange.clip(unhashed_blocks(blocks)) if num_external_tokens > 0 else ()
         cached = tuple(sum(1 for b in group if b.block_hash is not None and not b.is_null)
                        for group in blocks.blocks)
         self._order_pull(request, PullOrder(local, cached, num_external_tokens > 0))
@@ -145,7 +182,7 @@ class NixlConnectorScheduler:
             self._awaiting_read.add(request.request_id)
         # Without blocks to read (no computed token) the tokens handed on are 0 as well; a
         # decode side keeps its blocks for the next turn's prefill (readback).
-        return delay, FinishedTransfer(tuple(tuple(ids) for ids in block_ids),
+        return delay, FinishedTransfer(tuple(tuple(ids) for ids in self.exchange.clip(block_ids)),
                                        request.num_computed_tokens if delay else 0,
                                        readback=decode_side)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from impl.connector.nixl import NixlConnectorScheduler
+from impl.connector.nixl import NixlConnectorScheduler, unhashed_blocks
 from impl.connector.nixl_metadata import NixlMetadata, PullOrder
 from impl.connector.types import FinishedTransfer, KVConnectorOutput
 from vtwin.errors import IntegrityError
@@ -59,8 +59,7 @@ class NixlPushConnectorScheduler(NixlConnectorScheduler):
             return
         if not transfer.do_remote_prefill or num_external_tokens <= 0:
             return  # nothing to receive: the flag stays for a later admission or the finish
-        local = tuple([b.block_id for b in group if b.block_hash is None]
-                      for group in blocks.blocks)
+        local = self.exchange.clip(unhashed_blocks(blocks))
         self._registrations[request.request_id] = local
         self._order_pull(request, PullOrder(local, (), False), waits=True)
 
@@ -68,7 +67,7 @@ class NixlPushConnectorScheduler(NixlConnectorScheduler):
                          ) -> tuple[bool, FinishedTransfer | None]:
         delay, handed = super().request_finished(request, block_ids)
         if delay:
-            blocks = tuple(list(ids) for ids in block_ids)
+            blocks = tuple(list(ids) for ids in self.exchange.clip(block_ids))
             self._written[request.request_id] = blocks
             self._new_writes[request.request_id] = blocks
         return delay, handed

@@ -48,6 +48,7 @@ from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request, RequestStatus
 from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 from impl.sched.state import SchedulerState
+from vtwin.errors import ReleaseCheckFailed
 
 
 @trait
@@ -222,7 +223,17 @@ class ConnectorPaths(SchedulerState):
                                num_scheduled: dict[str, int]) -> set[str]:
         """Cut each affected request's computed tokens at its first bad block. Returns the
         requests whose output this update must skip: under `recompute` the running ones that
-        will redo the tokens; under `fail` every affected one (they finish with an error)."""
+        will redo the tokens; under `fail` every affected one (they finish with an error).
+
+        Block ids are unique within a group only, so with several groups upstream refuses a
+        block-level report and stops the engine, though its NIXL worker sends one wherever
+        every group is full attention to it (a reference window beside full attention): the
+        twin stops alike (`conformance/upstream_bugs/pd-failed-pull-two-groups.jsonl`)."""
+        groups = len(self.kv_cache_manager.coordinator.managers)
+        if groups > 1:
+            raise ReleaseCheckFailed("block-level-failures-multi-group", (
+                f"the connector reported invalid blocks {sorted(invalid)} on a model of "
+                f"{groups} KV-cache groups"))
         waiting_loads = [r for r in self.kv_holding_waiting
                          if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
         async_failed = self._truncate_at_invalid(waiting_loads, invalid, num_scheduled,

@@ -231,10 +231,12 @@ def test_the_integrity_check_refuses_a_request_both_pulling_and_held() -> None:
         scheduler.check_integrity()  # and "d" is not finished
 
 
-def test_only_one_full_attention_group_is_modelled() -> None:
+def test_groups_it_does_not_model_are_refused_by_name() -> None:
+    """Hybrid layouts are modelled (`tests/sched/test_nixl_hybrid.py`); a bounded-replay
+    window is not."""
     from impl.core.specs import KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 
-    window = SlidingWindowSpec(BLOCK, sliding_window=8)
+    window = SlidingWindowSpec(BLOCK, sliding_window=8, bounded_replay=True)
     config = KVCacheConfig(16, (KVCacheGroupSpec(("l0",), window),))
-    with pytest.raises(ValueError, match="one full-attention group"):
+    with pytest.raises(ValueError, match="with a sliding_window_8_replay group"):
         NixlConnectorScheduler(config)

@@ -29,6 +29,8 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "bad_hash_algo.jsonl": (1, "config.hash_algo", "got 'md5'"),
     "bad_json.jsonl": (2, None, "invalid JSON at column 37"),
     "bad_policy.jsonl": (1, "config.policy", "got 'lifo'"),
+    "nixl_mamba_group.jsonl": (1, "config.kv_cache_groups[1]",
+                               "the 'nixl' connector with a mamba group is not modelled"),
     "retention_interval_positive.jsonl": (1, "config.prefix_cache_retention_interval",
                                           "only null (every reachable block) and 0"),
     "retention_with_eagle.jsonl": (1, "config.prefix_cache_retention_interval",

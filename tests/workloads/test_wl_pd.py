@@ -81,10 +81,10 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
         {"kv_connector": {**NIXL, "transfer_mode": "write"}}, {}, "'pull' or 'push'", 1),
     "config.kv_connector.num_cpu_blocks": (
         {"kv_connector": {**NIXL, "num_cpu_blocks": 4}}, {}, "unknown field", 1),
-    "config.kv_cache_groups": (
-        {"kv_connector": NIXL, "kv_cache_groups": [
-            {"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]}, {},
-        "one full-attention group only", 1),
+    "config.kv_cache_groups[1]": (
+        {"kv_connector": NIXL, "num_blocks": 400, "kv_cache_groups": [
+            {"type": "full"}, {"type": "circular_buffer"}]}, {},
+        "the 'nixl' connector with a circular_buffer group is not modelled", 1),
     "kv_transfer": ({}, {"kv_transfer": {"role": "decode"}},
                     "needs the engine's kv_connector of type 'nixl' (got no connector)", 2),
     "kv_transfer.role": ({"kv_connector": NIXL}, {"kv_transfer": {"role": "both"}},

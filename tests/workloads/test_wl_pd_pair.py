@@ -62,6 +62,9 @@ BAD: dict[str, tuple[Any, dict[str, Any] | None, dict[str, Any], str, int]] = {
                                   "7 usable blocks cannot hold one request of max_model_len 256",
                                   1),
     "pd_pair.decode.blocks": ({"decode": {"blocks": 8}}, None, {}, "unknown field", 1),
+    "config.kv_cache_groups": ({}, {**CONFIG, "num_blocks": 40, "kv_cache_groups": [
+        {"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]}, {},
+        "a P/D pair is modelled for one full-attention group only", 1),
     "kv_transfer.role": ({}, None, {"kv_transfer": {"role": "prefill"}},
                          "the router assigns the parts", 2),
 }

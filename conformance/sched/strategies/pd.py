@@ -1,18 +1,19 @@
 """Hypothesis strategy for prefill/decode (P/D) workloads: the NIXL connector on (issue 31 §2).
 
-A drawn workload from `strategies.workloads` on one full-attention group (what the twin's NIXL
-connector models) gets the connector, and each plain request a part in a P/D pair: none, the
-prefill side (half of them capped at one token, as a router sends them), or the decode side,
-whose pull fails as a whole one time in five. Pull mode or push mode (registrations the peer
-writes into), in pull mode half the time bidirectional (decode sides keep their blocks for a
-read back; prefills read back a drawn number of a decode side's tokens, failing one time in
-five, above or below a drawn recompute threshold), pull and read latencies 0 to 3 steps, both
-failure policies, and in two draws of
-three a MultiConnector with an OffloadingConnector asked first or second; half the draws cut
-the GPU pool to just above the longest request, so pulls wait for blocks, held prefills crowd
-the pool and requests are preempted mid-decode. Up to two operator resets of the prefix cache
-and the connector's cache land while requests run (one beside an OffloadingConnector, whose
-upstream crashes on two with no step between them).
+A drawn workload from `strategies.workloads` on a layout the twin's NIXL connector models (full
+attention, reference windows, sliding windows, whose exchanges keep the window's tail, and
+chunked-local groups; a window alone included) gets the connector, and each plain request a
+part in a P/D pair: none, the prefill side (half of them capped at one token, as a router
+sends them), or the decode side, whose pull fails as a whole one time in five. Pull mode or
+push mode (registrations the peer writes into), in pull mode half the time bidirectional
+(decode sides keep their blocks for a read back; prefills read back a drawn number of a
+decode side's tokens, failing one time in five, above or below a drawn recompute threshold),
+pull and read latencies 0 to 3 steps, both failure policies, and in two draws of three a
+MultiConnector with an OffloadingConnector asked first or second; half the draws cut the GPU
+pool to just above the longest request, so pulls wait for blocks, held prefills crowd the pool
+and requests are preempted mid-decode. Up to two operator resets of the prefix cache and the
+connector's cache land while requests run (one beside an OffloadingConnector, whose upstream
+crashes on two with no step between them).
 
 Imported by tests only (it needs Hypothesis).
 """
@@ -31,11 +32,13 @@ from workloads.pd import KVTransferSpec
 
 
 def pd_capable(workload: Workload) -> bool:
-    """Layouts the twin's NIXL connector models: one full-attention group, a generating
-    model, no continuum policy."""
+    """Layouts the twin's NIXL connector models (no mamba, ring or bounded-replay groups), a
+    generating model, no continuum policy, no EAGLE drafter."""
     config = workload.config
-    return ([g.type for g in config.kv_cache_groups] == ["full"] and config.runner == "generate"
-            and config.policy != "continuum" and config.spec_method != "eagle")
+    return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
+                and not g.bounded_replay for g in config.kv_cache_groups)
+            and config.runner == "generate" and config.policy != "continuum"
+            and config.spec_method != "eagle")
 
 
 def _plain(request: RequestSpec) -> bool:

@@ -31,8 +31,10 @@ def _plain(request: RequestSpec) -> bool:
 
 @st.composite
 def pd_pair_workloads(draw: Any, max_requests: int = 8) -> Workload:
+    # One full-attention group: the pair's pools are sized for it (hybrid pairs not yet).
     workload: Workload = draw(workloads(max_requests).filter(pd_capable).filter(
-        lambda w: any(_plain(r) for r in w.requests)))
+        lambda w: [g.type for g in w.config.kv_cache_groups] == ["full"]
+        and any(_plain(r) for r in w.requests)))
     config = workload.config
     kept = {r.request_id for r in workload.requests if _plain(r)}
     requests = tuple(
