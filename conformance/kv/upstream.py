@@ -49,7 +49,10 @@ class UpstreamKV:
         )
 
     def get_computed_blocks(self, request_id: str) -> Hit:
-        blocks, num, *_ = self.manager.get_computed_blocks(self.requests[request_id])
+        request = self.requests[request_id]
+        blocks, num, *junction = self.manager.get_computed_blocks(request)
+        if junction:  # the scheduler pins the shared prefix's junction on the request
+            request.shared_prefix_boundary = junction[0]
         self.hits[request_id] = (blocks, num)
         self.manager.record_prefix_cache_stats(self.requests[request_id], num)
         return Hit(_ids(blocks.blocks), num)
