@@ -6,6 +6,13 @@ request's computed tokens; a finished request's tokens but the last sampled one 
 never computed). Prompt tokens only by default. The manager picks slots and may evict; when it
 cannot make room the offer is refused whole and made again next step. A chunk of several GPU
 blocks is offered by its last block, and copied whole.
+
+A sliding window offers only the chunks that can serve a hit (`windows.store_mask`: its tail
+before each aligned boundary and before the request's last segment end, or under sparse
+retention before the replay boundary and a shared prefix's junction); once a request has
+finished past its prompt, its last partial segment is looked at again. A windowed group's
+blocks are watched from the store on (the window frees them while the request runs), the
+others only once the request has finished.
 """
 
 from __future__ import annotations
