@@ -169,12 +169,7 @@ def test_a_reset_makes_a_windowed_store_fence_a_block_twice() -> None:
     the block twice, and its completion crashes upstream's `update_connector_output` with a
     KeyError (0.32.0 and 0.33.0). The twin stops alike; this test fails the day upstream
     stops crashing, or the twin stops reproducing it."""
-    workload = load(str(BUGS / "offloading-window-fence-twice.jsonl"))
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    assert result.error is None and result.divergences == () and result.steps == 30
-    assert result.same_failure is not None
-    assert "release check 'offloading-fence-twice'" in result.same_failure
-    assert "upstream raises KeyError" in result.same_failure
+    _both_stop_alike("offloading-window-fence-twice", 30, "offloading-fence-twice", "KeyError")
 
 
 def test_a_failed_pull_on_two_full_attention_groups_crashes_the_scheduler() -> None:
@@ -183,12 +178,19 @@ def test_a_failed_pull_on_two_full_attention_groups_crashes_the_scheduler() -> N
     failed pull's blocks as invalid; upstream's scheduler refuses block-level reports on a
     model of several groups and raises (0.32.0 and 0.33.0). The twin stops alike; this test
     fails the day upstream stops raising, or the twin stops reproducing it."""
-    workload = load(str(BUGS / "pd-failed-pull-two-groups.jsonl"))
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
-    assert result.error is None and result.divergences == () and result.steps == 1
+    _both_stop_alike("pd-failed-pull-two-groups", 1, "block-level-failures-multi-group",
+                     "RuntimeError")
+
+
+def _both_stop_alike(name: str, steps: int, check: str, raises: str) -> None:
+    """The twin and upstream both stop after `steps` steps on release check `check`, upstream
+    by raising `raises`: agreement, no error, no divergence."""
+    result = run_lockstep(load(str(BUGS / f"{name}.jsonl")), resolve_system("impl"),
+                          resolve_system("upstream"))
+    assert result.error is None and result.divergences == () and result.steps == steps
     assert result.same_failure is not None
-    assert "release check 'block-level-failures-multi-group'" in result.same_failure
-    assert "upstream raises RuntimeError" in result.same_failure
+    assert f"release check {check!r}" in result.same_failure
+    assert f"upstream raises {raises}" in result.same_failure
 
 
 def test_an_encoder_decoder_models_encoder_room_grows_past_its_size(tmp_path: Path) -> None:

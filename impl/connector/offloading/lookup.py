@@ -32,23 +32,25 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def lookup_order(shapes: tuple[GroupShape, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(every group in the order asked, the windowed ones alone): full-attention groups in
+    group order, then windowed groups by window, widest first (ties in group order)."""
+    full = tuple(i for i, shape in enumerate(shapes) if shape.window is None)
+    windowed = tuple(sorted((i for i, shape in enumerate(shapes) if shape.window is not None),
+                            key=lambda i: -(shapes[i].window or 0)))
+    return full + windowed, windowed
+
+
 class Lookups:
     manager: CPUOffloadingManager
     shapes: tuple[GroupShape, ...]
     chunks_being_loaded: set[OffloadKey] | None
-
-    def lookup_order(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(every group in the order asked, the windowed ones alone): full-attention groups
-        in group order, then windowed groups by window, widest first (ties in group order)."""
-        full = tuple(i for i, shape in enumerate(self.shapes) if shape.window is None)
-        windowed = tuple(sorted((i for i, shape in enumerate(self.shapes)
-                                 if shape.window is not None),
-                                key=lambda i: -(self.shapes[i].window or 0)))
-        return full + windowed, windowed
+    lookup_groups: tuple[int, ...]  # `lookup_order`, fixed at construction
+    windowed_groups: tuple[int, ...]
 
     def _lookup(self, state: RequestOffload) -> int | None:
         """The hit past the local one in tokens (0: none), or None to ask again next step."""
-        order, windowed = self.lookup_order()
+        order, windowed = self.lookup_groups, self.windowed_groups
         num_local = state.num_local_tokens
         max_hit = state.request.num_tokens - (1 if windowed else 0)
         num_hit = 0

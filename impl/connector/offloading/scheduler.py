@@ -45,7 +45,7 @@ from impl.connector.offloading.jobs import (
     TransferJob,
 )
 from impl.connector.offloading.keys import OffloadKey, RequestContext
-from impl.connector.offloading.lookup import Lookups
+from impl.connector.offloading.lookup import Lookups, lookup_order
 from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
@@ -103,6 +103,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                                          for g in kv_cache_config.kv_cache_groups))
         self.retention_interval = kv_cache_config.prefix_cache_retention_interval
         self.alignment_tokens = _alignment_tokens(self.shapes)
+        self.lookup_groups, self.windowed_groups = lookup_order(self.shapes)
         self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
         self.manager = CPUOffloadingManager(
             settings.num_cpu_chunks, settings.eviction_policy,
@@ -233,7 +234,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                         ((req_id, new_ids, req_id in cached.resumed_req_ids)
                          for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids,
                                                     strict=True)))
-        windowed = [i for i, shape in enumerate(self.shapes) if shape.window is not None]
+        windowed = self.windowed_groups
         known_ends: dict[str, list[int]] = {}  # windowed tables' lengths before this step
         for req_id, new_ids, resumed in updates:
             state = self.requests[req_id]
