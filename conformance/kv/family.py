@@ -119,6 +119,16 @@ FAMILIES: tuple[KVFamily, ...] = (
              hash_block_size=8),
     KVFamily("mamba_hash_block_8", (GroupShape("full", 16), GroupShape("mamba", 16)),
              num_blocks=40, hash_block_size=8),
+    # Mamba 'align' with hashes at 4 under 16-token blocks: hits ending inside a block, the
+    # copy-on-write of the shared blocks, a running request's prompt-tail state moved to a
+    # copy (`impl.core.partial_hits`); and beside a window, which turns the hits off.
+    KVFamily("mamba_align_sub_block",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, hash_block_size=4),
+    KVFamily("window_mamba_align_sub_block",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48),
+              GroupShape("mamba", 16, mamba_cache_mode="align")), num_blocks=48,
+             hash_block_size=4),
     # Mamba blocks of 16 under a hit alignment of 32 (full attention at 32): only every other
     # mamba state can serve a hit. And the reverse: mamba blocks larger than attention's.
     KVFamily("mamba_alignment_32", (GroupShape("full", 32), GroupShape("mamba", 16)),

@@ -117,6 +117,7 @@ class KVLockstepMachine(RuleBasedStateMachine):
              f"encoder tokens {encoder}")
         result = self.both("allocate_slots", request.request_id, num_new, lookahead, True,
                            must_fit, delay, encoder)
+        self.both("take_block_copies")  # what the step's output carries (sub-block hits)
         if result is not None:
             request.num_computed = hit.num_tokens + num_new
             request.running = True
@@ -139,6 +140,7 @@ class KVLockstepMachine(RuleBasedStateMachine):
         note(f"step {request.request_id}: computed {request.num_computed}, new {num_new}, "
              f"lookahead {lookahead}")
         result = self.both("allocate_slots", request.request_id, num_new, lookahead, False)
+        self.both("take_block_copies")
         if result is None:
             note(f"preempt {request.request_id} (no room)")
             self._free(request, preempted=True)

@@ -42,6 +42,7 @@ class KVSystem(Protocol):
                        delay_cache_blocks: bool = False,
                        num_encoder_tokens: int = 0) -> BlockIds | None: ...
     def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None: ...
+    def take_block_copies(self) -> tuple[tuple[int, int], ...]: ...
     def set_num_computed_tokens(self, request_id: str, value: int) -> None: ...
     def append_token(self, request_id: str, token: int) -> None: ...
     def free(self, request_id: str, preempted: bool) -> None: ...
@@ -125,6 +126,13 @@ class ImplKV:
 
     def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         self.manager.cache_blocks(self.requests[request_id], num_computed_tokens)
+
+    def take_block_copies(self) -> tuple[tuple[int, int], ...]:
+        """The copy-on-write pairs of the allocations so far, their references dropped as the
+        scheduler does once its output carries them."""
+        pairs = self.manager.take_block_copies()
+        self.manager.block_pool.free_blocks([block for pair in pairs for block in pair])
+        return tuple((source.block_id, copy.block_id) for source, copy in pairs)
 
     def snapshot(self) -> Snapshot:
         pool = self.manager.block_pool

@@ -91,6 +91,11 @@ class UpstreamKV:
     def cache_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         self.manager.cache_blocks(self.requests[request_id], num_computed_tokens)
 
+    def take_block_copies(self) -> tuple[tuple[int, int], ...]:
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        self.manager.block_pool.free_blocks(retained)
+        return tuple((c.src_block_id, c.dst_block_id) for c in copies)
+
     def snapshot(self) -> Snapshot:
         from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 

@@ -32,12 +32,16 @@ class Activity:
     # Structured output: grammar bitmask rows (masked decodes), requests ended by an error.
     masked_rows: int = 0
     errors: int = 0
+    # Sub-block hits: copy-on-write pairs the steps carried.
+    block_copies: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
         loads = stores = external = encoded = encoder_evictions = masked = errors = 0
+        copies = 0
         for record in records:
+            copies += len(record.block_copies)
             masked += len(record.grammar_rows)
             errors += sum(1 for o in record.outputs if o.finish_reason == "error")
             encoded += sum(len(inputs) for _, inputs in record.encoder_inputs)
@@ -56,7 +60,7 @@ class Activity:
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
         return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
-                        external, encoded, encoder_evictions, masked, errors)
+                        external, encoded, encoder_evictions, masked, errors, copies)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
@@ -70,4 +74,5 @@ class Activity:
                     "encoder_evictions": self.encoder_evictions}
                    if self.encoded_items else {}),
                 **({"masked_rows": self.masked_rows} if self.masked_rows else {}),
-                **({"errors": self.errors} if self.errors else {})}
+                **({"errors": self.errors} if self.errors else {}),
+                **({"block_copies": self.block_copies} if self.block_copies else {})}

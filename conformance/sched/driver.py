@@ -346,6 +346,7 @@ class Driver:
             controls=controls,
             replay_starts=() if s is None else tuple(
                 (r.req_id, r.replay_start) for r in s.new_reqs if r.replay_start),
+            block_copies=() if s is None else s.block_copies,
         )
         return Step(before, record, events)
 

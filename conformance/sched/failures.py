@@ -47,6 +47,11 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
         ("A KV connector reported block-level load failures",), raises="RuntimeError"),
     "offloading-fence-twice": UpstreamCheck(
         ("pending = self._block_id_to_pending_jobs[bid]",), raises="KeyError"),
+    # A request reporting its KV events in full mode whose sub-block hit ends inside the
+    # prompt's last, partial block: the reused-block events index past the block hashes.
+    "reused-events-partial-block": UpstreamCheck(
+        ("cached_hashes.append(maybe_convert_block_hash(block_hashes[i]))",),
+        raises="IndexError"),
 }
 """Check name -> how upstream stops on it."""
 

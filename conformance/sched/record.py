@@ -63,7 +63,8 @@ REQUEST_KEYED_FIELDS: frozenset[str] = frozenset({
 })
 """Fields whose JSON form is a dict keyed by request id."""
 
-BLOCK_ID_FIELDS: frozenset[str] = frozenset({"new_block_ids", "block_tables"})
+BLOCK_ID_FIELDS: frozenset[str] = frozenset({"new_block_ids", "block_tables",
+                                             "block_copies"})
 """Fields holding physical block ids: the `renamed` level compares them up to a bijection."""
 
 FREE_QUEUE_FIELDS: frozenset[str] = frozenset({"free_head", "cached_digest"})
@@ -122,6 +123,8 @@ class StepRecord:
     # Bounded replay (sliding windows that keep no prefix cache): where each new request's
     # recomputed tail starts, for those that replay (empty otherwise).
     replay_starts: tuple[tuple[str, int], ...] = ()
+    # Sub-block hits: the copy-on-write pairs (source, copy) the step's output carries.
+    block_copies: tuple[tuple[int, int], ...] = ()
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -181,6 +184,8 @@ class StepRecord:
             **({"controls": [[action, result] for action, result in self.controls]}
                if self.controls else {}),
             **({"replay_starts": dict(self.replay_starts)} if self.replay_starts else {}),
+            **({"block_copies": [list(pair) for pair in self.block_copies]}
+               if self.block_copies else {}),
         }
 
     @staticmethod
@@ -226,6 +231,7 @@ class StepRecord:
             grammar_rows=tuple((rid, n) for rid, n in data.get("grammar_rows", ())),
             controls=tuple((action, result) for action, result in data.get("controls", ())),
             replay_starts=tuple(data.get("replay_starts", {}).items()),
+            block_copies=tuple((s, d) for s, d in data.get("block_copies", ())),
         )
 
 

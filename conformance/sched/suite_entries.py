@@ -202,6 +202,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")),
                         prefix_cache_retention_interval=0)),
+    SuiteEntry("hybrid-mamba-sub-block", "hybrid full + mamba (align) hashed every 4 tokens "
+               "under 16-token blocks: hits end inside a block (the 412-token document's), "
+               "each new request copies the shared blocks it will write into, and a running "
+               "request copies its prompt-tail state before overwriting it",
+               _variant("hybrid-sliding-window", "hybrid-mamba-sub-block",
+                        "groups full + mamba (align), 4-token hashes",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        hash_block_size=4)),
     SuiteEntry("hybrid-mamba-none", "hybrid full + mamba, cache mode 'none' (0.32 caches every "
                "block boundary; 0.33 refuses it with prefix caching)",
                _variant("hybrid-sliding-window", "hybrid-mamba-none", "groups full + mamba",

@@ -79,6 +79,8 @@ class Scheduled:
     # step's output (`pending_grammar`; `System.resolve_deferred` then fills both in).
     grammar_rows: tuple[tuple[str, int], ...] = ()
     pending_grammar: bool = False
+    # Sub-block hits: (source, copy) block ids the worker copies before the step's forward.
+    block_copies: tuple[tuple[int, int], ...] = ()
 
     def scheduled_tokens(self) -> dict[str, int]:
         return dict(self.num_scheduled_tokens)

@@ -261,6 +261,7 @@ class ImplSystem:
             grammar_rows=() if out.pending_structured_output_tokens
             else grammar_rows(self.scheduler.get_grammar_bitmask(out)),
             pending_grammar=out.pending_structured_output_tokens,
+            block_copies=tuple(out.kv_cache_block_copies),
         )
 
     def resolve_deferred(self, scheduled: Scheduled,

@@ -24,7 +24,7 @@ from vllm.v1.core import kv_cache_utils  # noqa: E402
 
 from conformance.sched.conform import judge  # noqa: E402
 from conformance.sched.divergences import DEFAULT_PATH, load_known  # noqa: E402
-from conformance.sched.lockstep import run_lockstep  # noqa: E402
+from conformance.sched.pd_pair import run_instances  # noqa: E402
 from conformance.sched.suite import regression_files  # noqa: E402
 from conformance.sched.suite_entries import ENTRIES, SuiteEntry  # noqa: E402
 from conformance.systems.registry import resolve_system  # noqa: E402
@@ -38,13 +38,14 @@ KILLER_ENTRIES = [entry for entry in ENTRIES if entry.name not in TOO_SLOW]
 
 
 def check_exact(workload: Workload, integrity_every: int = 1) -> None:
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
-                          integrity_every=integrity_every)
-    assert result.error is None, f"{result.error}\n{result.error_detail}"
-    verdict, _ = judge(result, LEVEL, load_known(DEFAULT_PATH))
-    divergence = result.divergence_at(LEVEL)
-    if verdict not in ("passed", "known") and divergence is not None:
-        pytest.fail(divergence.summary(), pytrace=False)
+    # One result, or a P/D pair's two (its instances run together, never one driver alone).
+    for result in run_instances(workload, resolve_system("impl"), resolve_system("upstream"),
+                                integrity_every=integrity_every):
+        assert result.error is None, f"{result.error}\n{result.error_detail}"
+        verdict, _ = judge(result, LEVEL, load_known(DEFAULT_PATH))
+        divergence = result.divergence_at(LEVEL)
+        if verdict not in ("passed", "known") and divergence is not None:
+            pytest.fail(f"{result.workload}: {divergence.summary()}", pytrace=False)
 
 
 # Outside a mutation run these repeat test_sched_suite.py: run them only as the killer.

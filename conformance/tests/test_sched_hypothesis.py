@@ -55,6 +55,16 @@ def test_generated_workloads_match_upstream_exactly(pair: Pair, workload: Worklo
     _assert_exact(workload, result)
 
 
+@given(workloads(sub_block=True))
+def test_generated_sub_block_workloads_match_upstream_exactly(pair: Pair,
+                                                              workload: Workload) -> None:
+    """Mamba 'align' hybrids hashed finer than the block: hits ending inside a block and the
+    copy-on-write of their shared block or of a running request's prompt-tail state."""
+    _steered_exact(pair, workload, lambda a: {
+        "copies": a.block_copies, "prefix hits": min(a.prefix_hit_tokens, 512),
+        "evictions": a.evictions, "preemptions": a.preemptions})
+
+
 @given(offload_workloads())
 def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
                                                             workload: Workload) -> None:

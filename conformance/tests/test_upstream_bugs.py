@@ -222,3 +222,13 @@ def test_an_encoder_decoder_models_encoder_room_grows_past_its_size(tmp_path: Pa
         room.append(after["encoder_cache"]["free"])
     assert max(room) > size
     assert max(encoded_in_one_step) == 300 > size
+
+
+def test_full_report_events_of_a_hit_inside_the_last_partial_block_crash_upstream() -> None:
+    """Found by the sub-block Hypothesis family: with hashes finer than the block (mamba
+    'align'), a hit may end inside the prompt's last, partial block; a request reporting its
+    KV events in full mode then has upstream emit one reused block per hit block, indexing a
+    block hash the prompt does not have (IndexError, 0.32.0 and 0.33.0). The twin stops alike;
+    this test fails the day upstream stops crashing, or the twin stops reproducing it."""
+    _both_stop_alike("reused-events-partial-block", 1, "reused-events-partial-block",
+                     "IndexError")

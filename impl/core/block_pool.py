@@ -220,6 +220,29 @@ class BlockPool:
                 group_id=group_id,
             ))
 
+    def move_block_hashes(self, source: KVCacheBlock, target: KVCacheBlock) -> None:
+        """Make `target` (fresh, no hash) findable under every hash `source` has, instead of it.
+
+        A running mamba request keeps writing its state into `source`: the prefix cache keeps a
+        private copy (`target`, filled by a copy-on-write before the step's forward) under the
+        same keys. The entries stay live, so no events."""
+        block_hash = source.block_hash
+        if block_hash is None:
+            return
+        group_id = source.hash_group_id
+        extra_hashes = source.extra_hashes
+        hash_map = self.hash_map(group_id)
+        source.reset_hash()
+        target.block_hash = block_hash
+        target.hash_group_id = group_id
+        target.extra_hashes = None if extra_hashes is None else list(extra_hashes)
+        for moved in (block_hash, *(extra_hashes or ())):
+            hash_map.pop(moved, source.block_id)
+            hash_map.insert(moved, target)
+        if self.changed is not None:
+            self.changed.append(source)
+            self.changed.append(target)
+
     def emit_stored(self, block_hashes: tuple[BlockHash, ...], token_ids: Sequence[int],
                     block_size: int, lora_name: str | None, group_id: int) -> None:
         """A stored event for blocks cached already (a reused prefix, reported in full mode):

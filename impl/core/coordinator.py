@@ -16,13 +16,15 @@ from impl.core.block_pool import BlockPool
 from impl.core.hashing import hashes_at_block_size
 from impl.core.hit_search import find_hybrid_hit
 from impl.core.manager_types import manager_class_for, tokens_for
-from impl.core.single_type_manager import SingleTypeKVCacheManager
+from impl.core.partial_hits import sub_block_hits_enabled
+from impl.core.single_type_manager import SingleTypeKVCacheManager, cdiv
 from impl.core.specs import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
     check_hash_block_size,
 )
+from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
@@ -57,9 +59,17 @@ class KVCacheCoordinator:
             manager.use_eagle = use_eagle
         sizes = kv_cache_config.block_sizes
         self.scheduler_block_size = math.lcm(*sizes)
+        # Hits may end inside a block (`impl.core.partial_hits`): then they land on hash
+        # boundaries, else on the scheduler block (the lcm of the group block sizes).
+        self.sub_block_hits = enable_caching and len(self.managers) > 1 and \
+            sub_block_hits_enabled(kv_cache_config, hash_block_size,
+                                   [m.looks_up_sub_block_hits for m in self.managers])
+        self.cache_hit_alignment = (hash_block_size if self.sub_block_hits
+                                    else self.scheduler_block_size)
         if len(self.managers) > 1:
             for manager in self.managers:
-                manager.cache_hit_alignment = self.scheduler_block_size
+                manager.cache_hit_alignment = self.cache_hit_alignment
+                manager.partial_hits = self.sub_block_hits
 
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
@@ -85,6 +95,14 @@ class KVCacheCoordinator:
                 continue
             size = self.managers[group_id].block_size
             hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)
+            if len(blocks) > len(hashes):
+                # A sub-block hit inside the prompt's last, partial block: it has no block
+                # hash, and upstream indexes past its list of them.
+                raise ReleaseCheckFailed("reused-events-partial-block", (
+                    f"request {request.request_id}: the full-report KV events of its "
+                    f"{len(blocks)}-block hit in group {group_id} need {len(blocks)} block "
+                    f"hashes and the prompt has {len(hashes)} (a hit ending inside its last, "
+                    "partial block)"))
             self.block_pool.emit_stored(
                 tuple(hashes[i] for i in range(len(blocks))),
                 request.all_token_ids[:len(blocks) * size], size, request.lora_name,
@@ -169,6 +187,9 @@ class KVCacheCoordinator:
         holders: dict[int, int] = dict(extra_holders or {})
         for manager in self.managers:
             manager.check_integrity()
+            for pair in manager.pending_copies:  # both ends held until the output carries it
+                for block in pair:
+                    holders[block.block_id] = holders.get(block.block_id, 0) + 1
             for blocks in manager.req_to_blocks.values():
                 for block in blocks:
                     if not block.is_null:
@@ -231,7 +252,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         the scheduler block size (the lcm of the group block sizes). An EAGLE hit matches one
         of the group's blocks past an aligned boundary before dropping it, so with EAGLE each
         group indexes one block more where the computed tokens reach it."""
-        aligned = num_computed_tokens - num_computed_tokens % self.scheduler_block_size
+        # (With sub-block hits nothing is rounded: even a hash-block rounding would key a
+        # mamba tail again after its copy-on-write made it private.)
+        aligned = num_computed_tokens - num_computed_tokens % (
+            1 if self.sub_block_hits else self.scheduler_block_size)
         if not self.use_eagle or aligned == 0:
             super().cache_blocks(request, aligned)
             return
@@ -254,9 +278,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     ) -> tuple[PerGroupBlocks, int, int]:
         results, hit_length, longest = find_hybrid_hit(
             request.block_hashes, self.hash_block_size, max_cache_hit_length, self.spec_groups,
-            self.managers, self.block_pool, self.scheduler_block_size, self.use_eagle)
+            self.managers, self.block_pool, self.cache_hit_alignment, self.use_eagle,
+            self.sub_block_hits)
         per_group = tuple(
-            results.get(group_id, [])[: hit_length // self.managers[group_id].block_size]
+            results.get(group_id, [])[: cdiv(hit_length, self.managers[group_id].block_size)]
             for group_id in range(len(self.managers))
         )
         return per_group, hit_length, longest if longest > hit_length else 0

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
+    looks_up_sub_block_hits = True
+
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
         super().cache_blocks(request, block_hashes, num_tokens)

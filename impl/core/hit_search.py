@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.hashing import hashes_at_block_size
+from impl.core.partial_hits import full_attention_hit, mamba_hit
 from impl.core.single_type_manager import SingleTypeKVCacheManager
 from impl.core.specs import FullAttentionSpec, KVCacheSpec, MambaSpec
 
@@ -28,10 +29,12 @@ SpecGroups = Sequence[tuple[KVCacheSpec, list[int]]]
 def find_hybrid_hit(
     block_hashes: Sequence[BlockHash], hash_block_size: int, max_length: int,
     spec_groups: SpecGroups, managers: Sequence[SingleTypeKVCacheManager],
-    block_pool: BlockPool, alignment: int, use_eagle: bool,
+    block_pool: BlockPool, alignment: int, use_eagle: bool, sub_block_hits: bool = False,
 ) -> tuple[dict[int, list[KVCacheBlock]], int, int]:
     """Hits by group id (groups without a prefix cache absent), the agreed length, and the
-    longest length any one type found (the shared-prefix junction's candidate)."""
+    longest length any one type found (the shared-prefix junction's candidate).
+    `sub_block_hits`: full attention and mamba look hits up on hash boundaries inside their
+    blocks (`impl.core.partial_hits`)."""
     hit_length = max_length
     results: dict[int, list[KVCacheBlock]] = {}
     full_lengths: dict[int, int] = {}  # spec-group index -> its (only) search's length
@@ -50,9 +53,14 @@ def find_hybrid_hit(
             search_length = candidate
             if drop and not isinstance(spec, MambaSpec):
                 search_length = min(candidate + manager.block_size, max_hashed)
-            hashes = hashes_at_block_size(block_hashes, hash_block_size, spec.block_size)
-            hits, found = manager.find_longest_cache_hit(
-                hashes, search_length, group_ids, block_pool, spec, alignment, drop)
+            if sub_block_hits and spec.block_size > hash_block_size:
+                look_up = mamba_hit if isinstance(spec, MambaSpec) else full_attention_hit
+                hits, found = look_up(block_hashes, search_length, group_ids, block_pool,
+                                      spec.block_size, hash_block_size)
+            else:
+                hashes = hashes_at_block_size(block_hashes, hash_block_size, spec.block_size)
+                hits, found = manager.find_longest_cache_hit(
+                    hashes, search_length, group_ids, block_pool, spec, alignment, drop)
             if drop:
                 dropped.add(index)
             elif found < candidate:

@@ -283,6 +283,12 @@ class KVCacheManager:
     def new_step_starts(self) -> None:
         self.coordinator.new_step_starts()
 
+    def take_block_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """This step's copy-on-write pairs (source, copy) of every group
+        (`impl.core.partial_hits`); each block still holds its extra reference."""
+        return [pair for manager in self.coordinator.managers
+                for pair in manager.take_pending_copies()]
+
     def take_events(self) -> list[KVCacheEvent]:
         return self.block_pool.take_events()
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 class MambaManager(SingleTypeKVCacheManager):
     scans_from_left = False
+    looks_up_sub_block_hits = True
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool,
                  kv_cache_group_id: int) -> None:

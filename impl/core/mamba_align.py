@@ -53,6 +53,9 @@ class MambaAlignManager(MambaManager):
         # 0.32: re-mark the prompt-boundary state on every cache call that lands on it. The
         # scheduler sets it from its `Behaviour`; a manager built alone follows the default.
         self.remarks_prompt_boundary = not DEFAULT_BEHAVIOUR.mamba_align_skips_keyed_boundary
+        # Requests that have been given blocks once: a partial tail of theirs is a state they
+        # keep writing into, so its copy-on-write moves the cache entry, not the table entry.
+        self.allocated: set[str] = set()
 
     def get_num_blocks_to_allocate(
         self,
@@ -73,20 +76,55 @@ class MambaAlignManager(MambaManager):
         for block in new_computed_blocks:
             if block.ref_cnt == 0 and not block.is_null:
                 num_evictable += 1
+        if (self.has_partial_hit(new_computed_blocks, total_computed_tokens)
+                or request_id in self.partial_hit_reqs):
+            return min(max(num_new, 0) + 1, 2) + num_evictable  # the state, and its copy
         return min(num_new, 1) + num_evictable
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Null blocks up to the chunk's last block, then one real block for the state there;
-        the new table entries (nulls included) are what the step reports as new."""
+        the new table entries (nulls included) are what the step reports as new. A pending
+        partial tail takes its copy first (`impl.core.partial_hits`)."""
         blocks = self.req_to_blocks.setdefault(request_id, [])
         num_required = cdiv(num_tokens, self.block_size)
         num_held = len(blocks)
-        if num_required <= num_held:
+        partial = self.partial_hit_reqs.pop(request_id, None)
+        if num_required <= num_held and partial is None:
+            self.allocated.add(request_id)
             return []
         if num_held < num_required - 1:
             blocks.extend([self.null_block] * (num_required - 1 - num_held))
-        blocks.extend(self.block_pool.get_new_blocks(1))
-        return blocks[num_held:]
+        num_new = max(num_required - len(blocks), 0)
+        new_blocks = self.block_pool.get_new_blocks(num_new + (partial is not None))
+        added = blocks[num_held:]
+        if partial is not None:
+            copy = new_blocks.pop(0)
+            if self._copy_partial_state(request_id, partial, copy):
+                added.insert(0, copy)
+        blocks.extend(new_blocks)
+        self.allocated.add(request_id)
+        return added + new_blocks
+
+    def _copy_partial_state(self, request_id: str, partial: tuple[int, KVCacheBlock],
+                            copy: KVCacheBlock) -> bool:
+        """Copy-on-write of a partial state; True when `copy` took the table entry.
+
+        A new request's hit state is swapped for the copy in its table (as for full
+        attention). A running request keeps writing into its own block, so the cache entry
+        moves to the copy instead, which nobody holds once the step's output carries it."""
+        index, source = partial
+        self.pending_copies.append((source, copy))
+        if request_id not in self.allocated:
+            blocks = self.req_to_blocks[request_id]
+            assert blocks[index] is source and source.ref_cnt > 0
+            blocks[index] = copy
+            copy.ref_cnt += 1
+            return True
+        self.block_pool.move_block_hashes(source, copy)
+        source.ref_cnt += 1
+        if copy.block_hash is not None:
+            self.cached_this_step.add(copy.block_hash)  # written by this step's copy only
+        return False
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int,
                               num_prompt_tokens: int) -> None:
@@ -112,8 +150,43 @@ class MambaAlignManager(MambaManager):
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
         super().cache_blocks(request, block_hashes, num_tokens)
-        if self.remarks_prompt_boundary:
+        if self.hash_block_size < self.block_size:
+            self._cache_prompt_tail_state(request, num_tokens)
+        elif self.remarks_prompt_boundary:
             self._remark_prompt_boundary(request, block_hashes, num_tokens)
+
+    def _cache_prompt_tail_state(self, request: Request, num_tokens: int) -> None:
+        """Hashes finer than the block: a cache call landing on the prompt's last hash
+        boundary (before its final token) keys the state there. Inside a block, the state is
+        only findable through this entry, and the request's next step would overwrite it, so
+        that step copies it first (`_copy_partial_state`); on a block boundary, 0.32 marks the
+        already keyed state cached this step again (as `_remark_prompt_boundary`)."""
+        hbs = self.hash_block_size
+        if num_tokens <= 0 or num_tokens != (request.num_prompt_tokens - 1) // hbs * hbs:
+            return
+        index = cdiv(num_tokens, self.block_size) - 1
+        blocks = self.req_to_blocks.get(request.request_id, [])
+        if index >= len(blocks) or blocks[index].is_null:
+            return
+        source = blocks[index]
+        tail_hash = request.block_hashes[num_tokens // hbs - 1]
+        keyed = source.block_hash == tail_hash or (
+            source.extra_hashes is not None and tail_hash in source.extra_hashes)
+        if keyed and not self.remarks_prompt_boundary:
+            return
+        if num_tokens % self.block_size == 0:
+            if keyed:
+                self.cached_this_step.add(tail_hash)
+            return
+        self.block_pool.cache_partial_block(
+            source, tail_hash, self.kv_cache_group_id,
+            parent_hash=request.block_hashes[num_tokens // hbs - 2] if num_tokens > hbs
+            else None,
+            token_ids=request.prompt_token_ids[num_tokens - hbs:num_tokens],
+            lora_name=request.lora_name)
+        self.cached_this_step.add(tail_hash)
+        self.partial_hit_reqs[request.request_id] = (index, source)
+        self.num_cached_block[request.request_id] = index
 
     def _remark_prompt_boundary(self, request: Request, block_hashes: Sequence[BlockHash],
                                 num_tokens: int) -> None:
@@ -130,9 +203,10 @@ class MambaAlignManager(MambaManager):
                 and blocks[index].block_hash == block_hashes[index]:
             self.cached_this_step.add(block_hashes[index])
 
-    def free(self, request_id: str) -> None:
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self.num_retired_blocks.pop(request_id, None)
-        super().free(request_id)
+        self.allocated.discard(request_id)
+        return super().pop_blocks_for_free(request_id)
 
     def check_integrity(self) -> None:
         """Besides the common checks: the retired prefix of a live table is all null."""

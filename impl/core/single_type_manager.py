@@ -41,6 +41,8 @@ class SingleTypeKVCacheManager:
     #: Whether this type is sized by the encoder's tokens, not the decoder's (cross-attention
     #: of an encoder-decoder model, `impl.core.cross_attention`).
     sized_by_encoder: ClassVar[bool] = False
+    #: Whether this type can look up a hit ending inside a block (`impl.core.partial_hits`).
+    looks_up_sub_block_hits: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -70,6 +72,15 @@ class SingleTypeKVCacheManager:
         # An EAGLE drafter (set by the coordinator): hits give up their last block, so a hit
         # may end one block past the aligned prefix and the prompt's whole tail is reachable.
         self.use_eagle = False
+        # Sub-block hits (set by the coordinator, `impl.core.partial_hits`): a hit may end
+        # inside a block, whose shared content the request then copies into a block of its own.
+        self.partial_hits = False
+        # Requests whose hit ends inside a block: (its index, the shared block), until the
+        # allocation that gives them their private copy.
+        self.partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
+        # (source, copy) pairs made this step; both keep an extra reference until the step's
+        # scheduler output carries the copy (`take_pending_copies`).
+        self.pending_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
 
     # -- sizing ----------------------------------------------------------------------------
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -108,7 +119,17 @@ class SingleTypeKVCacheManager:
         for block in live_hits:
             if block.ref_cnt == 0 and not block.is_null:
                 num_evictable += 1
-        return max(num_new, 0) + num_evictable
+        # A hit ending inside a block needs one more: the private copy of that block.
+        num_copies = int(self.has_partial_hit(new_computed_blocks, total_computed_tokens))
+        return max(num_new, 0) + num_evictable + num_copies
+
+    def has_partial_hit(self, new_computed_blocks: Sequence[KVCacheBlock],
+                        num_computed_tokens: int) -> bool:
+        """Whether a new request's prefix hit ends inside one of this type's blocks (only with
+        sub-block hits on; connectors are refused with them, so every computed token is a
+        local hit)."""
+        return (self.partial_hits and len(new_computed_blocks) > 0
+                and num_computed_tokens % self.block_size != 0)
 
     # -- allocation ------------------------------------------------------------------------
     def add_computed_blocks(
@@ -133,15 +154,44 @@ class SingleTypeKVCacheManager:
         # Every block so far is a hit or a null pad (more pads than hits only when a connector
         # supplies tokens past the hits).
         self.num_cached_block[request_id] = len(blocks)
+        if self.has_partial_hit(new_computed_blocks, total_computed):
+            # The hit's last block is shared but only partly ours: the next allocation swaps
+            # in a private copy, which is cached again once it is full.
+            index = total_computed // self.block_size
+            self.partial_hit_reqs[request_id] = (index, blocks[index])
+            self.num_cached_block[request_id] = index
+
+    def copy_on_write(self, request_id: str) -> KVCacheBlock | None:
+        """Swap a partial hit's shared block in the request's table for a fresh private copy
+        (None: no partial hit pending). The shared block keeps the request's reference and
+        the copy takes one more, until the step's output carries the copy."""
+        pending = self.partial_hit_reqs.pop(request_id, None)
+        if pending is None:
+            return None
+        index, source = pending
+        copy = self.block_pool.get_new_blocks(1)[0]
+        blocks = self.req_to_blocks[request_id]
+        assert blocks[index] is source and source.ref_cnt > 0
+        blocks[index] = copy
+        copy.ref_cnt += 1
+        self.pending_copies.append((source, copy))
+        return copy
+
+    def take_pending_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """This step's (source, copy) pairs, each block still holding its extra reference."""
+        pending, self.pending_copies = self.pending_copies, []
+        return pending
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Blocks up to `num_tokens` slots, after a partial hit's private copy (taken first)."""
+        copy = self.copy_on_write(request_id) if self.partial_hit_reqs else None
         blocks = self.req_to_blocks.setdefault(request_id, [])
         num_new = cdiv(num_tokens, self.block_size) - len(blocks)
         if num_new <= 0:
-            return []
+            return [] if copy is None else [copy]
         new_blocks = self.block_pool.get_new_blocks(num_new)
         blocks.extend(new_blocks)
-        return new_blocks
+        return new_blocks if copy is None else [copy, *new_blocks]
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
@@ -227,6 +277,7 @@ class SingleTypeKVCacheManager:
         """Forget the request and hand back its blocks, in table order, still referenced: the
         caller frees them (tail first), possibly later (a step in flight may still write)."""
         self.num_cached_block.pop(request_id, None)
+        self.partial_hit_reqs.pop(request_id, None)
         return self.req_to_blocks.pop(request_id, None) or []
 
     def allocate_external_computed_blocks(self, request_id: str, num_local_computed: int,

@@ -128,10 +128,11 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
     """Mamba cache modes the twin runs, refused otherwise with one line naming the fix.
 
     'align' (states cached only at block-aligned chunk ends, `impl.sched.mamba_split`) is
-    implemented for the plain case: no speculative decoding or lookahead slots (upstream keeps
-    per-draft state blocks the twin does not model) and hashes at the block size (finer hashes
-    give sub-block hits with copy-on-write states). From 0.33 upstream refuses mamba prefix
-    caching in any other mode, so under that behaviour the twin refuses the same configs."""
+    implemented without speculative decoding or lookahead slots (upstream keeps per-draft
+    state blocks the twin does not model). Hashes finer than the block give sub-block hits
+    with copy-on-write states (`impl.core.partial_hits`), modelled without a KV connector.
+    From 0.33 upstream refuses mamba prefix caching in any other mode, so under that
+    behaviour the twin refuses the same configs."""
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
         if not isinstance(spec, MambaSpec):
@@ -141,11 +142,12 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
             if config.num_spec_tokens or config.num_lookahead_tokens:
                 raise ValueError(f"{where}: 'align' with speculative decoding is not "
                                  "implemented by the twin; set num_spec_tokens to 0")
-            if config.effective_hash_block_size != spec.block_size:
+            if (config.effective_hash_block_size != spec.block_size
+                    and config.kv_connector is not None and config.enable_prefix_caching):
                 raise ValueError(f"{where}: 'align' with hash_block_size "
-                                 f"{config.effective_hash_block_size} != block size "
-                                 f"{spec.block_size} (sub-block hits) is not implemented by "
-                                 "the twin; hash at the block size")
+                                 f"{config.effective_hash_block_size} < block size "
+                                 f"{spec.block_size} (sub-block hits) and a KV connector is "
+                                 "not implemented by the twin; hash at the block size")
             continue
         if config.enable_prefix_caching and config.behaviour.mamba_prefix_caching_requires_align:
             raise ValueError(f"{where}: vLLM {config.behaviour.release} caches mamba prefixes "

@@ -45,6 +45,7 @@ from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.config import SchedulerConfig
+from impl.sched.output import SchedulerOutput
 from impl.sched.request import Request, RequestStatus
 from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
 from impl.sched.state import SchedulerState
@@ -193,6 +194,22 @@ class ConnectorPaths(SchedulerState):
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         if blocks:
             self.deferred_frees.append((self.sched_step_seq, blocks))
+
+    def _issue_block_copies(self, output: SchedulerOutput) -> None:
+        """Put the step's copy-on-write pairs into its output and drop the references that
+        kept both ends alive: now, or once this step is processed when frees are deferred
+        (the copy runs with the step)."""
+        pairs = self.kv_cache_manager.take_block_copies()
+        if not pairs:
+            return
+        output.kv_cache_block_copies = [(source.block_id, copy.block_id)
+                                        for source, copy in pairs]
+        retained = [block for pair in pairs for block in pair]
+        fence = self.sched_step_seq + 1
+        if not self.defer_block_free or fence <= self.processed_step_seq:
+            self.kv_cache_manager.block_pool.free_blocks(retained)
+        else:
+            self.deferred_frees.append((fence, retained[::-1]))
 
     def _drain_deferred_frees(self) -> None:
         pool = self.kv_cache_manager.block_pool

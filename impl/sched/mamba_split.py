@@ -14,6 +14,8 @@ its state on to the next boundary). `MambaAlignedSplit.clip` shortens a chunk, i
 | started mid-block         | the next block boundary                                          |
 | last cacheable state      | the last boundary before the request's final token               |
 | shared-prefix junction    | the junction, block-floored from start (`shared_prefix_boundary`)|
+| prompt's last hash bound. | with sub-block hits (`impl.core.partial_hits`): the last hash    |
+|                           | boundary before the prompt's final token, when inside a block    |
 
 Prefill ends at max(prompt, tokens - 1): a resumed request replays its output tokens as
 prefill. A clip to 0 tokens skips a running request this step and stops admission. A chunk
@@ -37,6 +39,9 @@ class MambaAlignedSplit:
     block_size: int
     # The most tokens one prefill chunk may take: the step budget, or the long-prefill cap.
     max_chunk_tokens: int
+    # With sub-block hits, the hash block (a chunk also stops at the prompt's last hash
+    # boundary, so its state can be keyed there); 0 without.
+    tail_hash_block: int = 0
 
     @classmethod
     def setup(cls, config: SchedulerConfig, kv_cache_config: KVCacheConfig,
@@ -54,7 +59,9 @@ class MambaAlignedSplit:
         max_chunk = config.max_num_batched_tokens
         if config.long_prefill_token_threshold > 0:
             max_chunk = min(max_chunk, config.long_prefill_token_threshold)
-        return cls(config.block_size, max_chunk)
+        sub_block = kv_cache_manager.coordinator.sub_block_hits
+        return cls(config.block_size, max_chunk,
+                   config.effective_hash_block_size if sub_block else 0)
 
     def clip(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0) -> int:
         """The chunk length for `num_new_tokens` proposed after the request's computed tokens
@@ -71,9 +78,16 @@ class MambaAlignedSplit:
                 end = aligned_end
         last_cacheable = (request.num_tokens - 1) // block_size * block_size
         junction = request.shared_prefix_boundary
+        tail = 0
+        if self.tail_hash_block:
+            hbs = self.tail_hash_block
+            tail = (request.num_prompt_tokens - 1) // hbs * hbs
+            if not last_cacheable < tail < request.num_prompt_tokens:
+                tail = 0
         stops = (
             (start // block_size + 1) * block_size if start % block_size else 0,
             last_cacheable,
+            tail,
             start + (junction - start) // block_size * block_size if start < junction < end
             else 0,
         )

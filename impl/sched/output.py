@@ -107,6 +107,9 @@ class SchedulerOutput:
     # grammar then rejected, per request (they stay scheduled as -1).
     pending_structured_output_tokens: bool
     num_invalid_spec_tokens: dict[str, int]
+    # Sub-block hits: (source, copy) block ids the worker copies before this step's forward
+    # (`impl.core.partial_hits`); empty without.
+    kv_cache_block_copies: list[tuple[int, int]]
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -130,6 +133,7 @@ class SchedulerOutput:
         self.scheduled_encoder_input_stats = None
         self.pending_structured_output_tokens = False
         self.num_invalid_spec_tokens = {}
+        self.kv_cache_block_copies = []
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,8 +154,9 @@ class Scheduler(Admission):
             output.kv_connector_metadata = (
                 self.connector.build_connector_meta(output) if self.connector is not None
                 else OffloadMetadata())
-            if self.defer_block_free and output.total_num_scheduled_tokens > 0:
-                self.sched_step_seq += 1
+        self._issue_block_copies(output)
+        if self.defer_block_free and output.total_num_scheduled_tokens > 0:  # (a connector's)
+            self.sched_step_seq += 1
         self.cadence.step_done(output.total_num_scheduled_tokens,
                                plan.prefill_scheduled or plan.prefill_admitted)
         self._update_after_schedule(output)

@@ -13,6 +13,7 @@ from impl.behaviour import (
     Behaviour,
     behaviour_for,
 )
+from impl.connector.types import OffloadSettings
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.output import DraftTokenIds, ModelRunnerOutput
@@ -118,9 +119,13 @@ def test_mamba_align_refuses_what_the_twin_does_not_implement(behaviour: Behavio
     with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
                                          "with speculative decoding is not implemented"):
         build(behaviour, mamba_config("align"), num_spec_tokens=2)
+    # Finer hashes give sub-block hits (`impl.core.partial_hits`), not beside a connector.
+    build(behaviour, mamba_config("align"), hash_block_size=8)
     with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
-                                         r"with hash_block_size 8 != block size 16"):
-        build(behaviour, mamba_config("align"), hash_block_size=8)
+                                         r"with hash_block_size 8 < block size 16 \(sub-block "
+                                         r"hits\) and a KV connector is not implemented"):
+        build(behaviour, mamba_config("align"), hash_block_size=8,
+              kv_connector=OffloadSettings(num_cpu_blocks=8))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)

@@ -92,6 +92,30 @@ def scheduler(**settings: int) -> Scheduler:
     return Scheduler(config, align_config(), none_hash=NONE_HASH, log_stats=False)
 
 
+def test_with_sub_block_hits_the_chunk_stops_at_the_prompt_s_last_hash_boundary() -> None:
+    """Hashes every 4 tokens: a 43-token prompt's state at 40 (inside block 2) is where a
+    resend hits, so the chunk after the last block boundary (32) stops there first."""
+    fine = MambaAlignedSplit(block_size=16, max_chunk_tokens=64, tail_hash_block=4)
+    assert fine.clip(request(43), 64) == 32  # the last cacheable state comes first
+    assert fine.clip(request(43, computed=32), 11) == 8  # 32 -> 40, then 40 -> 43
+    assert fine.clip(request(43, computed=40), 3) == 3
+    # A prompt ending on a hash boundary: its final token is recomputed, so the state a
+    # resend hits is the one before (40 of 44).
+    assert fine.clip(request(44, computed=32), 12) == 8
+    # A boundary on the block grid is the last cacheable state already; without the hash
+    # block set the chunk runs to the prompt's end.
+    assert fine.clip(request(49, computed=32), 17) == 16
+    assert SPLIT.clip(request(43, computed=32), 11) == 11
+
+
+def test_setup_turns_the_tail_stop_on_with_sub_block_hits() -> None:
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=40, max_model_len=256,
+                             hash_block_size=4)
+    built = Scheduler(config, align_config(), none_hash=NONE_HASH, log_stats=False)
+    assert built.mamba_split == MambaAlignedSplit(block_size=16, max_chunk_tokens=40,
+                                                  tail_hash_block=4)
+
+
 def test_setup_reads_the_cap_and_is_off_without_align() -> None:
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=40, max_model_len=256,
                              long_prefill_token_threshold=24)

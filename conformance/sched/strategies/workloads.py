@@ -8,7 +8,8 @@ per group) but otherwise spans what users configure, not what was convenient:
   block plus one or two tokens, several blocks), a sliding window alone (every layer slides),
   full attention with chunked local attention or mamba (cache mode 'none' or 'align'), and the
   three-type hybrids full + window + mamba and full + window + chunked; block sizes 16 and 32;
-  hash blocks smaller than the block size, hybrids included (not with mamba 'align');
+  hash blocks smaller than the block size, hybrids included (with mamba 'align': hits that end
+  inside a block and their copy-on-write, `impl.core.partial_hits`);
 * budgets at their edges: tiny token budgets, chunked prefill off with the budget exactly
   `max_model_len`, `max_num_seqs` from 1, requests whose prompt + output reach `max_model_len`;
 * LoRA adapters (two names, kept across a session's turns): hashes and events per adapter;
@@ -34,6 +35,7 @@ from workloads.model import (
     AbortSpec,
     EngineConfig,
     KVCacheGroup,
+    MambaCacheMode,
     PlanSpec,
     RequestSpec,
     Workload,
@@ -76,8 +78,9 @@ def _reference_window(draw: Any, block_size: int) -> KVCacheGroup:
     return KVCacheGroup("reference_window", rswa_window=size)
 
 
-def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
-    layout = draw(st.sampled_from(LAYOUTS), label="layout")
+def _groups(draw: Any, block_size: int, layouts: tuple[str, ...] = LAYOUTS,
+            align_only: bool = False) -> tuple[KVCacheGroup, ...]:
+    layout = draw(st.sampled_from(layouts), label="layout")
     if layout == "window-alone":
         return (_window(draw, block_size),)
     if layout == "reference-alone":
@@ -96,19 +99,23 @@ def _groups(draw: Any, block_size: int) -> tuple[KVCacheGroup, ...]:
         groups.append(KVCacheGroup("chunked_local", attention_chunk_size=chunk))
     if "mamba" in layout:
         # 'align' (block-aligned chunks) twice as often: 0.33 refuses 'none' with caching on.
-        mode = draw(st.sampled_from((None, "align", "align")), label="mamba_cache_mode")
+        mode: MambaCacheMode | None = "align" if align_only else draw(
+            st.sampled_from((None, "align", "align")), label="mamba_cache_mode")
         groups.append(KVCacheGroup("mamba", mamba_cache_mode=mode))
     return tuple(groups)
 
 
 def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
-    """The twin runs mamba 'align' without spec decode and with hashes at the block size only
-    (it refuses the rest), so such configs draw neither."""
+    """The twin runs mamba 'align' without spec decode (it refuses it), so such configs draw
+    none."""
     return any(g.mamba_cache_mode == "align" for g in groups)
 
 
 @st.composite
-def engine_configs(draw: Any) -> EngineConfig:
+def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
+    """`sub_block`: only mamba 'align' hybrids with hashes finer than the block (hits that end
+    inside a block, `impl.core.partial_hits`; with a window group too, which turns the hits
+    off but not the copy of a producer's prompt-tail state)."""
     block_size = draw(st.sampled_from((16, 16, 32)), label="block_size")
     max_model_len = draw(st.sampled_from((64, 128, 256)), label="max_model_len")
     chunked = draw(st.booleans(), label="chunked_prefill")
@@ -118,15 +125,20 @@ def engine_configs(draw: Any) -> EngineConfig:
     else:  # at the edge (exactly max_model_len) or past it
         budget = max_model_len + draw(st.sampled_from((0, 0, 1, 64)), label="budget_extra")
     budget = max(budget, max_num_seqs)
-    groups = _groups(draw, block_size)
+    groups = (_groups(draw, block_size, ("mamba", "mamba", "mamba", "window+mamba"),
+                      align_only=True)
+              if sub_block else _groups(draw, block_size))
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
     min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
     align = _mamba_align(groups)
     spec = 0 if align else draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
-    hash_block = None if len(groups) == 1 or align else draw(
-        st.sampled_from((None, None, block_size // 2)), label="hash_block_size")
+    # With mamba 'align', finer hashes give sub-block hits: drawn more often and finer.
+    hash_block = None if len(groups) == 1 else draw(
+        st.sampled_from((block_size // 2, block_size // 4, block_size // 8) if sub_block
+                        else (None, block_size // 2, block_size // 4, block_size // 8) if align
+                        else (None, None, block_size // 2)), label="hash_block_size")
     # An EAGLE drafter (hits give up their last block; from 0.33 block hashes cover the next
     # token instead) where the twin models it: no mamba or chunked local groups.
     eagle = bool(spec) and all(g.type not in ("mamba", "chunked_local") for g in groups) and draw(
@@ -157,7 +169,7 @@ def engine_configs(draw: Any) -> EngineConfig:
             st.booleans(), label="adaptive threshold"),
         enable_chunked_prefill=chunked,
         policy=draw(st.sampled_from(("fcfs", "priority")), label="policy"),
-        enable_prefix_caching=draw(st.booleans(), label="prefix_caching"),
+        enable_prefix_caching=sub_block or draw(st.booleans(), label="prefix_caching"),
         hash_algo=draw(st.sampled_from(("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")),
                        label="hash_algo"),
         kv_cache_groups=groups,
@@ -262,8 +274,9 @@ def _plan(draw: Any, config: EngineConfig, request: RequestSpec) -> PlanSpec | N
 
 
 @st.composite
-def workloads(draw: Any, max_requests: int = 10) -> Workload:
-    config = draw(engine_configs())
+def workloads(draw: Any, max_requests: int = 10, sub_block: bool = False) -> Workload:
+    """`sub_block`: configs of `engine_configs(sub_block=True)`."""
+    config = draw(engine_configs(sub_block))
     token_seed = draw(st.integers(0, 3), label="token_seed")
     count = draw(st.integers(1, max_requests), label="num_requests")
     requests: list[RequestSpec] = []

@@ -328,6 +328,9 @@ class UpstreamSystem:
             grammar_rows=grammar_rows(self.scheduler.get_grammar_bitmask(out))
             if self._grammars_seen and not pending else (),
             pending_grammar=pending,
+            # (releases before sub-block hits have no copies)
+            block_copies=tuple((c.src_block_id, c.dst_block_id)
+                               for c in getattr(out, "kv_cache_block_copies", None) or ()),
         )
 
     def resolve_deferred(self, scheduled: Scheduled,
