@@ -63,12 +63,17 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             and len(model.kv_cache_groups) == 1):
         raise fail("hash_block_size", f"must equal block_size {model.block_size} with one "
                    "KV-cache group and prefix caching on (upstream hashes at the block size)")
-    if model.prefix_cache_retention_interval not in (None, 0):
-        raise fail("prefix_cache_retention_interval", "only null (every reachable block) and 0 "
-                   "(the replay and junction tails) are modelled (got "
-                   f"{model.prefix_cache_retention_interval})")
-    if model.prefix_cache_retention_interval == 0 and model.spec_method == "eagle":
-        raise fail("prefix_cache_retention_interval", "0 with an EAGLE drafter is not "
+    retention = model.prefix_cache_retention_interval
+    if retention is not None and retention > 0:
+        if retention % model.block_size:
+            raise fail("prefix_cache_retention_interval", f"must be 0 or a multiple of the "
+                       f"block size {model.block_size} (got {retention})")
+        if not any(g.type in ("sliding_window", "mamba") for g in model.kv_cache_groups):
+            raise fail("prefix_cache_retention_interval", "an interval needs a sliding-window "
+                       "or mamba group (it sparsifies only their caches; upstream refuses it "
+                       "otherwise); use 0 or null")
+    if retention is not None and model.spec_method == "eagle":
+        raise fail("prefix_cache_retention_interval", "with an EAGLE drafter is not "
                    "modelled (its replay keeps the block past each boundary)")
     if model.data_parallel and model.prefill_schedule_interval < 2:
         raise fail("data_parallel", "needs prefill_schedule_interval > 1 (the cadence the "

@@ -101,6 +101,13 @@ FAMILIES: tuple[KVFamily, ...] = (
              retention_interval=0),
     KVFamily("mamba_retention0", (GroupShape("full", 16), GroupShape("mamba", 16)),
              num_blocks=40, retention_interval=0),
+    # A retention interval: also the tails (states) ending each 64-token (48-token) segment.
+    KVFamily("sliding_window_retention64",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
+             retention_interval=64),
+    KVFamily("mamba_align_retention48",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, retention_interval=48),
     # Hashes at 16 tokens, full-attention blocks of 32: a group block holds two hash blocks.
     KVFamily("hash_block_smaller", (GroupShape("full", 32), GroupShape("sliding_window", 16, 48)),
              num_blocks=40),

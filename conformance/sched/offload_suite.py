@@ -32,6 +32,10 @@ NOT_OFFLOADED: dict[str, str] = {
     "hybrid-mamba-none": "mamba groups with a connector are not modelled by the twin",
     "hybrid-mamba-retention0": "mamba 'align' boundary-state hand-offs to the CPU tier are not "
                                "modelled by the twin (it refuses the config)",
+    "hybrid-mamba-retention64": "mamba 'align' boundary-state hand-offs to the CPU tier are "
+                                "not modelled by the twin (it refuses the config)",
+    "hybrid-mamba-sub-block": "sub-block hits beside a KV connector are not modelled by the "
+                              "twin (it refuses the config)",
     "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
     "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "

@@ -202,6 +202,20 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")),
                         prefix_cache_retention_interval=0)),
+    SuiteEntry("hybrid-sliding-window-retention256", "hybrid full + sliding window (128) "
+               "under a retention interval of 256 tokens: the window caches the tails that end "
+               "each 256-token segment plus the tails before a prompt's replay boundary and a "
+               "shared prefix's junction",
+               _variant("hybrid-sliding-window", "hybrid-sliding-window-retention256",
+                        "retention interval 256", prefix_cache_retention_interval=256)),
+    SuiteEntry("hybrid-mamba-retention64", "hybrid full + mamba (align) under a retention "
+               "interval of 64 tokens: one state kept per 64-token segment, plus the states at "
+               "the reachable boundaries",
+               _variant("hybrid-sliding-window", "hybrid-mamba-retention64",
+                        "groups full + mamba (align), retention interval 64",
+                        kv_cache_groups=(KVCacheGroup("full"),
+                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        prefix_cache_retention_interval=64)),
     SuiteEntry("hybrid-mamba-sub-block", "hybrid full + mamba (align) hashed every 4 tokens "
                "under 16-token blocks: hits end inside a block (the 412-token document's), "
                "each new request copies the shared blocks it will write into, and a running "

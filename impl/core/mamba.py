@@ -41,10 +41,20 @@ class MambaManager(SingleTypeKVCacheManager):
     def reachable_block_mask(self, start_block: int, end_block: int,
                              boundaries: tuple[int, ...]) -> list[bool] | None:
         """A hit needs one state; with sparse retention only the reachable boundaries' are
-        kept (the prompt replay's, a shared prefix's junction)."""
-        if self.retention_interval == 0:
-            return self.replay_tail_mask(start_block, end_block, boundaries, 1)
-        return None
+        kept (the prompt replay's, a shared prefix's junction), and with an interval one more
+        per `retention_interval` tokens, at the end of each such segment."""
+        interval = self.retention_interval
+        if interval is None:
+            return None
+        mask = self.replay_tail_mask(start_block, end_block, boundaries, 1)
+        per_segment = interval // self.block_size
+        if interval and per_segment <= 1:
+            return None  # every block ends a segment
+        if interval:
+            for index in range(start_block, end_block):
+                if (index + 1) % per_segment == 0:
+                    mask[index - start_block] = True
+        return mask
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)

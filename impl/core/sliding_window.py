@@ -29,15 +29,23 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         hit matches one block more, past L, before giving it back: its run ends one block
         later and is one block longer."""
         needed = self.blocks_needed_for_hit()
-        if self.retention_interval == 0:
+        interval = self.retention_interval
+        if interval == 0:
             return self.replay_tail_mask(start_block, end_block, boundaries, needed)
         shift = 1 if self.use_eagle else 0
         needed += shift
-        per_alignment = self.cache_hit_alignment // self.block_size
-        if per_alignment <= needed:
+        # Dense: a tail before every aligned boundary; an interval: one per segment of that
+        # many tokens, plus the tails before the reachable boundaries (as retention 0).
+        per_segment = (self.cache_hit_alignment if interval is None else interval) \
+            // self.block_size
+        if per_segment <= needed:
             return None
-        return [i >= shift and (i - shift) % per_alignment >= per_alignment - needed
+        mask = [i >= shift and (i - shift) % per_segment >= per_segment - needed
                 for i in range(start_block, end_block)]
+        if interval is not None:
+            tails = self.replay_tail_mask(start_block, end_block, boundaries, needed)
+            mask = [segment or tail for segment, tail in zip(mask, tails, strict=True)]
+        return mask
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         assert isinstance(self.kv_cache_spec, SlidingWindowSpec)

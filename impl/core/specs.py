@@ -213,7 +213,8 @@ class KVCacheGroupSpec:
 class KVCacheConfig:
     """`prefix_cache_retention_interval` applies to sliding-window and mamba groups: None caches
     every block that could serve a hit; 0 (the engine default) only the blocks a replay of the
-    prompt can reach."""
+    prompt (or a shared prefix's junction) can reach; a positive multiple of the scheduler
+    block size also the blocks that end each segment of that many tokens."""
 
     num_blocks: int
     kv_cache_groups: tuple[KVCacheGroupSpec, ...] = field(default_factory=tuple)
@@ -222,8 +223,12 @@ class KVCacheConfig:
     def __post_init__(self) -> None:
         _require(self.num_blocks >= 1, "num_blocks", f"must be >= 1 (got {self.num_blocks})")
         retention = self.prefix_cache_retention_interval
-        _require(retention is None or retention == 0, "prefix_cache_retention_interval",
-                 f"only None (dense) and 0 (replay boundary) are supported (got {retention})")
+        _require(retention is None or retention >= 0, "prefix_cache_retention_interval",
+                 f"must be None (dense) or >= 0 (got {retention})")
+        if retention and self.kv_cache_groups:
+            _require(retention % lcm_block_size(self) == 0, "prefix_cache_retention_interval",
+                     f"{retention} is not a multiple of the scheduler block size "
+                     f"{lcm_block_size(self)}")
 
     @property
     def block_sizes(self) -> list[int]:

@@ -172,10 +172,27 @@ def test_window_blocks_needed_and_the_sparse_retention_mask() -> None:
     window = manager.coordinator.managers[0]
     assert isinstance(window, SlidingWindowManager)
     assert window.blocks_needed_for_hit() == 2
-    window.retention_interval = 1
+    window.retention_interval = None  # dense: a tail before every aligned boundary
     window.cache_hit_alignment = 12
     # block i is kept iff a boundary at a multiple of 3 blocks lies in (i, i + 2]
     assert window.reachable_block_mask(2, 6, (39,)) == [True, False, True, True]
+
+
+def test_a_retention_interval_keeps_segment_tails_and_the_reachable_ones() -> None:
+    """Interval 24 tokens (6 blocks of 4): the 2 blocks before each segment end (4-5, 10-11),
+    and as with interval 0 the 2 before the replay boundary (39 aligned to 12: 36, block 9)."""
+    from tests.core.helpers import make_manager
+
+    manager = make_manager(16, SlidingWindowSpec(block_size=4, sliding_window=6))
+    window = manager.coordinator.managers[0]
+    assert isinstance(window, SlidingWindowManager)
+    window.retention_interval = 24
+    window.cache_hit_alignment = 12
+    assert window.reachable_block_mask(2, 12, (39,)) == [
+        False, False, True, True, False, True, True, False, True, True]
+    # A segment no longer than the window's run: every block is kept.
+    window.retention_interval = 8
+    assert window.reachable_block_mask(2, 12, (39,)) is None
 
 
 def test_sparse_retention_keeps_only_the_tail_before_the_replay_boundary() -> None:

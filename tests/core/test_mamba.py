@@ -102,3 +102,21 @@ def test_integrity_names_a_cached_count_past_the_table() -> None:
     manager.coordinator.managers[1].num_cached_block["a"] = 9
     with pytest.raises(IntegrityError, match=r"group 1: a has 9 cached of 3 blocks"):
         manager.check_integrity()
+
+
+def test_a_retention_interval_keeps_the_state_ending_each_segment() -> None:
+    """Interval 12 tokens (3 blocks of 4): the states of blocks 2, 5, 8 (ending at 12, 24,
+    36), and as with interval 0 the one at the replay boundary (31 aligned to 4: 28, block
+    6); an interval of one block keeps every state."""
+    from impl.core.mamba import MambaManager
+    from impl.core.specs import MambaSpec
+    from tests.core.helpers import make_manager
+
+    manager = make_manager(16, MambaSpec(block_size=4))
+    state = manager.coordinator.managers[0]
+    assert isinstance(state, MambaManager)
+    state.retention_interval = 12
+    assert state.reachable_block_mask(1, 10, (31,)) == [
+        False, True, False, False, True, True, False, True, False]
+    state.retention_interval = 4
+    assert state.reachable_block_mask(1, 10, (31,)) is None

@@ -144,10 +144,12 @@ def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
     eagle = bool(spec) and all(g.type not in ("mamba", "chunked_local") for g in groups) and draw(
         st.sampled_from((False, False, True)), label="eagle")
     # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
-    # states keep only the tails a replay or a shared prefix's junction can reach.
+    # states keep only the tails a replay or a shared prefix's junction can reach; an
+    # interval (a multiple of the block) also the tails ending each segment of that length.
     retention = None if eagle or not any(
         g.type in ("sliding_window", "mamba") and not g.bounded_replay for g in groups
-    ) else draw(st.sampled_from((None, None, 0)), label="retention")
+    ) else draw(st.sampled_from((None, None, 0, 0, 2 * block_size, 4 * block_size)),
+                label="retention")
     interval = draw(st.sampled_from((1, 1, 1, 2, 3)), label="prefill_schedule_interval")
     # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
     # engine core (both releases).
