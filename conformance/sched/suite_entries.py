@@ -216,11 +216,12 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")),
                         prefix_cache_retention_interval=64)),
-    SuiteEntry("hybrid-mamba-sub-block", "hybrid full + mamba (align) hashed every 4 tokens "
-               "under 16-token blocks: hits end inside a block (the 412-token document's), "
-               "each new request copies the shared blocks it will write into, and a running "
-               "request copies its prompt-tail state before overwriting it",
-               _variant("hybrid-sliding-window", "hybrid-mamba-sub-block",
+    SuiteEntry("hybrid-mamba-sub-block", "multi-turn conversations on a hybrid full + mamba "
+               "(align) model hashed every 4 tokens under 16-token blocks: a turn resends the "
+               "last one, so its hit ends inside a block and it copies the shared blocks it "
+               "will write into; a running request copies its prompt-tail state before "
+               "overwriting it",
+               _variant("multi-turn", "hybrid-mamba-sub-block",
                         "groups full + mamba (align), 4-token hashes",
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")),

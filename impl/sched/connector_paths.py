@@ -13,9 +13,9 @@ What changes when a connector is configured:
 * **Finishing.** The connector sees the finished request's block table (out-of-window blocks
   dropped first) before the blocks are freed; a request aborted mid-load keeps its blocks until
   the load reports back.
-* **Deferred frees.** With overlapping steps (async scheduling), a consumer connector could
-  load into blocks a step in flight still writes, so freed blocks return to the pool only once
-  every step that scheduled their request has been processed.
+* **Deferred frees** (`impl.sched.block_frees`): with overlapping steps (async scheduling),
+  freed blocks return to the pool only once every step that scheduled their request has been
+  processed.
 """
 
 from __future__ import annotations
@@ -44,16 +44,15 @@ from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
+from impl.sched.block_frees import BlockFrees
 from impl.sched.config import SchedulerConfig
-from impl.sched.output import SchedulerOutput
 from impl.sched.request import Request, RequestStatus
 from impl.sched.request_queue import FCFSRequestQueue, PriorityRequestQueue
-from impl.sched.state import SchedulerState
 from vtwin.errors import ReleaseCheckFailed
 
 
 @trait
-class ConnectorPaths(SchedulerState):
+class ConnectorPaths(BlockFrees):
 
     def _setup_connector(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         settings = config.kv_connector
@@ -179,43 +178,6 @@ class ConnectorPaths(SchedulerState):
                 request.request_id, num_tokens, empty, request.num_computed_tokens,
                 apply_admission_cap=True, num_tokens_main=full)
         return total
-
-    # -- freeing ----------------------------------------------------------------------------
-    def _request_blocks_can_be_freed(self, request: Request) -> bool:
-        """Whether no step in flight still writes the request's blocks (always, unless frees
-        are deferred)."""
-        return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
-
-    def _free_request_blocks(self, request: Request) -> None:
-        """Free a request's blocks now, or once the steps still writing them are processed."""
-        if self._request_blocks_can_be_freed(request):
-            self.kv_cache_manager.free(request)
-            return
-        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
-        if blocks:
-            self.deferred_frees.append((self.sched_step_seq, blocks))
-
-    def _issue_block_copies(self, output: SchedulerOutput) -> None:
-        """Put the step's copy-on-write pairs into its output and drop the references that
-        kept both ends alive: now, or once this step is processed when frees are deferred
-        (the copy runs with the step)."""
-        pairs = self.kv_cache_manager.take_block_copies()
-        if not pairs:
-            return
-        output.kv_cache_block_copies = [(source.block_id, copy.block_id)
-                                        for source, copy in pairs]
-        retained = [block for pair in pairs for block in pair]
-        fence = self.sched_step_seq + 1
-        if not self.defer_block_free or fence <= self.processed_step_seq:
-            self.kv_cache_manager.block_pool.free_blocks(retained)
-        else:
-            self.deferred_frees.append((fence, retained[::-1]))
-
-    def _drain_deferred_frees(self) -> None:
-        pool = self.kv_cache_manager.block_pool
-        while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_step_seq:
-            _, blocks = self.deferred_frees.popleft()
-            pool.free_blocks(reversed(blocks))
 
     def _connector_finished(self, request: Request) -> tuple[bool, FinishedTransfer | None]:
         """Hand a finished request's block table (computed tokens only, out-of-window blocks

@@ -17,7 +17,8 @@ instead of importing the `Scheduler` that imports them.
 | encoder (multimodal)  | encoder_cache, max_num_encoder_input_tokens,                       |
 |                       | encoder_cache_mismatch_reqs, is_encoder_decoder                    |
 | connector paths       | has_connector, defer_block_free, processed_step_seq,               |
-|                       | recompute_kv_load_failures, finished/failed_recving_kv_req_ids     |
+|                       | sched_step_seq, deferred_frees, recompute_kv_load_failures,        |
+|                       | finished/failed_recving_kv_req_ids                                 |
 | counters              | num_preemptions, spec_decoding_stats (of the last update)           |
 | operator              | pause_state, prev_step_scheduled_req_ids, preempted_between_steps  |
 | streaming sessions    | num_waiting_for_streaming_input                                    |
@@ -26,9 +27,12 @@ instead of importing the `Scheduler` that imports them.
 
 from __future__ import annotations
 
+from collections import deque
+
 from mypy_extensions import trait
 
 from impl.behaviour import Behaviour
+from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.sched.config import SchedulerConfig
 from impl.sched.continuum.policy import ContinuumPolicy
@@ -66,6 +70,8 @@ class SchedulerState:
     has_connector: bool
     defer_block_free: bool
     processed_step_seq: int
+    sched_step_seq: int
+    deferred_frees: deque[tuple[int, list[KVCacheBlock]]]
     recompute_kv_load_failures: bool
     finished_recving_kv_req_ids: set[str]
     failed_recving_kv_req_ids: set[str]
