@@ -72,9 +72,6 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             raise fail("prefix_cache_retention_interval", "an interval needs a sliding-window "
                        "or mamba group (it sparsifies only their caches; upstream refuses it "
                        "otherwise); use 0 or null")
-    if retention is not None and model.spec_method == "eagle":
-        raise fail("prefix_cache_retention_interval", "with an EAGLE drafter is not "
-                   "modelled (its replay keeps the block past each boundary)")
     if model.data_parallel and model.prefill_schedule_interval < 2:
         raise fail("data_parallel", "needs prefill_schedule_interval > 1 (the cadence the "
                    "data-parallel engine core throttles prefill to)")

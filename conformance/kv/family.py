@@ -50,14 +50,8 @@ class KVFamily:
     # Sparse prefix-cache retention for sliding-window/mamba groups (None: dense; 0: the
     # engine default, keep only what a replay of the prompt can reach).
     retention_interval: int | None = None
-    # An EAGLE drafter under vLLM 0.32's rule: every group's hit gives up its last block
-    # (dense retention only: EAGLE's replay boundaries are not modelled).
+    # An EAGLE drafter under vLLM 0.32's rule: every group's hit gives up its last block.
     use_eagle: bool = False
-
-    def __post_init__(self) -> None:
-        if self.use_eagle and self.retention_interval is not None:
-            raise ValueError(f"{self.name}: use_eagle with a retention interval is not "
-                             "modelled")
 
     @property
     def has_cross_attention(self) -> bool:
@@ -167,6 +161,14 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("eagle_full", (GroupShape("full", 16),), num_blocks=24, use_eagle=True),
     KVFamily("eagle_full_window", (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)),
              num_blocks=40, use_eagle=True),
+    # EAGLE under sparse retention: the window keeps the tails a block past EAGLE's replay
+    # boundaries (a block below the resend's and the longer sibling's), and per segment.
+    KVFamily("eagle_window_retention0",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
+             use_eagle=True, retention_interval=0),
+    KVFamily("eagle_window_retention64",
+             (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
+             use_eagle=True, retention_interval=64),
     KVFamily("eagle_window_alignment",
              (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
              use_eagle=True),

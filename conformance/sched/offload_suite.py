@@ -63,6 +63,7 @@ NOT_OFFLOADED: dict[str, str] = {
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",
     "eagle-hybrid-sliding-window": "EAGLE with a connector is not modelled",
+    "eagle-hybrid-sliding-window-retention0": "EAGLE with a connector is not modelled",
     "multimodal-modalities-disabled": "the multimodal workload without its items: "
                                       "`multimodal` runs with every connector already",
     "multimodal-unsplittable-item": "both systems refuse the config at start-up: nothing runs "

@@ -184,6 +184,14 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _variant("hybrid-sliding-window", "eagle-hybrid-sliding-window",
                         "EAGLE, 2 draft tokens", num_spec_tokens=2, num_lookahead_tokens=2,
                         spec_method="eagle")),
+    SuiteEntry("eagle-hybrid-sliding-window-retention0", "hybrid full + sliding window with "
+               "an EAGLE drafter under vLLM's default sparse retention: the window keeps the "
+               "tails one block past EAGLE's replay boundaries (a block below the resend's and "
+               "the longer sibling's), which its hits match and give back",
+               _variant("hybrid-sliding-window", "eagle-hybrid-sliding-window-retention0",
+                        "EAGLE, 2 draft tokens, sparse retention (0)", num_spec_tokens=2,
+                        num_lookahead_tokens=2, spec_method="eagle",
+                        prefix_cache_retention_interval=0)),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=(KVCacheGroup("full"),

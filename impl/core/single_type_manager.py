@@ -20,12 +20,21 @@ if TYPE_CHECKING:
     from impl.sched.request import Request
 
 
-def reachable_boundaries(request: Request) -> tuple[int, ...]:
+def reachable_boundaries(request: Request, eagle_block: int = 0) -> tuple[int, ...]:
     """Token positions where a later hit on `request`'s blocks can end: a resend of its
     prompt stops one token short of it, and a request sharing a prefix with it stops at
-    their junction (`shared_prefix_boundary`, when the lookup found one)."""
+    their junction (`shared_prefix_boundary`, when the lookup found one).
+
+    `eagle_block`: with an EAGLE drafter whose hits give up a block, the scheduler block
+    size. A hit then lands one block below where the resend's (prompt - 1) and a longer
+    sibling's (the prompt's last whole block) runs end, so both are kept."""
     junction = request.shared_prefix_boundary
-    return (request.num_prompt_tokens - 1, *((junction,) if junction else ()))
+    tail = (junction,) if junction else ()
+    if not eagle_block:
+        return (request.num_prompt_tokens - 1, *tail)
+    resend = (request.num_prompt_tokens - 1) // eagle_block * eagle_block
+    extension = request.num_prompt_tokens // eagle_block * eagle_block
+    return (*sorted({max(resend - eagle_block, 0), max(extension - eagle_block, 0)}), *tail)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -209,9 +218,14 @@ class SingleTypeKVCacheManager:
             token_ids=request.all_token_ids if self.block_pool.enable_kv_cache_events else (),
             lora_name=request.lora_name,
             block_mask=self.reachable_block_mask(num_cached, num_full,
-                                                 reachable_boundaries(request)),
+                                                 self.reachable_boundaries(request)),
         )
         self.num_cached_block[request_id] = num_full
+
+    def reachable_boundaries(self, request: Request) -> tuple[int, ...]:
+        """`reachable_boundaries` for this group: with EAGLE's block drop, at the scheduler
+        block (the hit alignment: EAGLE goes without sub-block hits)."""
+        return reachable_boundaries(request, self.cache_hit_alignment if self.use_eagle else 0)
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              boundaries: tuple[int, ...]) -> list[bool] | None:
@@ -219,17 +233,19 @@ class SingleTypeKVCacheManager:
         return None
 
     def replay_tail_mask(self, start_block: int, end_block: int, boundaries: tuple[int, ...],
-                         needed: int) -> list[bool]:
+                         needed: int, shift: int = 0) -> list[bool]:
         """Sparse retention: keep only the `needed` blocks ending at each reachable boundary.
 
         A request resending the prompt hits at most num_prompt_tokens - 1 tokens, and one
         sharing a prefix with it stops at the junction where they part; each, aligned down to
         the hit alignment, is where a hit can end, and a group that needs only the tail before
-        a hit point must keep just that tail (`reachable_boundaries`)."""
+        a hit point must keep just that tail (`reachable_boundaries`). `shift` 1: an EAGLE
+        hit's run ends one block past its boundary (it matches the block above, then gives
+        it back)."""
         alignment = self.cache_hit_alignment
         keep = [False] * (end_block - start_block)
         for boundary in boundaries:
-            boundary_block = boundary // alignment * alignment // self.block_size
+            boundary_block = boundary // alignment * alignment // self.block_size + shift
             for index in range(max(start_block, boundary_block - needed),
                                min(end_block, boundary_block)):
                 keep[index - start_block] = True

@@ -30,10 +30,10 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         later and is one block longer."""
         needed = self.blocks_needed_for_hit()
         interval = self.retention_interval
-        if interval == 0:
-            return self.replay_tail_mask(start_block, end_block, boundaries, needed)
         shift = 1 if self.use_eagle else 0
         needed += shift
+        if interval == 0:
+            return self.replay_tail_mask(start_block, end_block, boundaries, needed, shift)
         # Dense: a tail before every aligned boundary; an interval: one per segment of that
         # many tokens, plus the tails before the reachable boundaries (as retention 0).
         per_segment = (self.cache_hit_alignment if interval is None else interval) \
@@ -43,7 +43,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         mask = [i >= shift and (i - shift) % per_segment >= per_segment - needed
                 for i in range(start_block, end_block)]
         if interval is not None:
-            tails = self.replay_tail_mask(start_block, end_block, boundaries, needed)
+            tails = self.replay_tail_mask(start_block, end_block, boundaries, needed, shift)
             mask = [segment or tail for segment, tail in zip(mask, tails, strict=True)]
         return mask
 

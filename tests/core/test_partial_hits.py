@@ -159,3 +159,26 @@ def test_a_prompt_tail_in_the_first_block_is_copied_out_of_the_running_table() -
     assert manager.get_block_ids("a") == ([1], [2])
     assert drain(manager) == [(2, 3)]
     assert manager.block_pool.blocks[3].block_hash == a.block_hashes[2]
+
+
+def test_the_longest_boundary_inside_the_block_wins() -> None:
+    """Two prompt-tail entries under one prefix: a's at 18 and b's at 20 (b extends a's first
+    18 tokens and hit them). c extends b's first 20: full attention probes the boundaries
+    inside block 2 from the right, so c hits b's block at 20, not a's at 18."""
+    manager = sub_block_manager(num_blocks=40)
+    a = request("a", list(range(19)))
+    step(manager, a, 16)
+    step(manager, a, 2)  # ends on a's tail boundary (18)
+    step(manager, a, 1)
+    drain(manager)
+    b = request("b", [*range(18), 50, 51, 52])
+    step(manager, b, 2, hit=True)  # hit 18, then up to b's tail boundary (20)
+    assert b.num_computed_tokens == 20
+    drain(manager)
+    step(manager, b, 1)
+    drain(manager)
+    c = request("c", [*range(18), 50, 51, 60, 61])
+    manager.new_step_starts()
+    hits, num_hit = manager.get_computed_blocks(c)
+    assert num_hit == 20
+    assert hits.get_block_ids()[0][2] == manager.get_block_ids("b")[0][2]

@@ -35,8 +35,6 @@ CASES: dict[str, tuple[int, str | None, str]] = {
                                           "a multiple of the block size 16 (got 40)"),
     "retention_interval_no_window.jsonl": (1, "config.prefix_cache_retention_interval",
                                            "an interval needs a sliding-window or mamba group"),
-    "retention_with_eagle.jsonl": (1, "config.prefix_cache_retention_interval",
-                                   "with an EAGLE drafter is not modelled"),
     "batched_below_seqs.jsonl": (1, "config.max_num_batched_tokens", ">= max_num_seqs 64"),
     "bool_priority.jsonl": (2, "priority", "valid integer (got True)"),
     "both_prompt_forms.jsonl": (2, "prompt", "exactly one of 'prompt' and 'prompt_token_ids'"),

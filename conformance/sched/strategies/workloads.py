@@ -146,7 +146,7 @@ def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
     # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
     # states keep only the tails a replay or a shared prefix's junction can reach; an
     # interval (a multiple of the block) also the tails ending each segment of that length.
-    retention = None if eagle or not any(
+    retention = None if not any(
         g.type in ("sliding_window", "mamba") and not g.bounded_replay for g in groups
     ) else draw(st.sampled_from((None, None, 0, 0, 2 * block_size, 4 * block_size)),
                 label="retention")

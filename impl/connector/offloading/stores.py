@@ -27,6 +27,7 @@ from impl.connector.offloading.keys import OffloadKey
 from impl.connector.offloading.request_state import GroupShape, GroupState, RequestOffload
 from impl.connector.offloading.windows import store_mask
 from impl.connector.types import OffloadingSettings
+from impl.core.single_type_manager import reachable_boundaries
 from impl.core.specs import SlidingWindowSpec
 
 if TYPE_CHECKING:
@@ -182,9 +183,7 @@ class StoreOffers(JobBook):
     def _mask(self, shape: GroupShape, span: range, horizon: int | None,
               request: Request) -> list[bool] | None:
         per_chunk = self.blocks_per_chunk
-        boundaries: tuple[int, ...] = (request.num_prompt_tokens - 1,)
-        if request.shared_prefix_boundary:
-            boundaries += (request.shared_prefix_boundary,)
+        boundaries = reachable_boundaries(request)  # (no EAGLE with a connector)
         return store_mask(shape.spec, span.start * per_chunk, span.stop * per_chunk,
                           alignment_tokens=self.alignment_tokens,
                           final_end_block=None if horizon is None else horizon * per_chunk,
