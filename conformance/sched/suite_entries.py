@@ -210,6 +210,12 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         kv_cache_groups=(KVCacheGroup("full"),
                                          KVCacheGroup("mamba", mamba_cache_mode="align")),
                         prefix_cache_retention_interval=0)),
+    SuiteEntry("hybrid-sliding-window-hash-block-8", "hybrid full + sliding window hashed "
+               "every 8 tokens under 16-token blocks (prompt-tail entries inside blocks; hits "
+               "stay on the block grid); with every --offload mode, the connectors key their "
+               "CPU copies by the finer hashes",
+               _variant("hybrid-sliding-window", "hybrid-sliding-window-hash-block-8",
+                        "8-token hashes", hash_block_size=8)),
     SuiteEntry("hybrid-sliding-window-retention256", "hybrid full + sliding window (128) "
                "under a retention interval of 256 tokens: the window caches the tails that end "
                "each 256-token segment plus the tails before a prompt's replay boundary and a "

@@ -298,7 +298,4 @@ def check_offload_supported(config: SchedulerConfig, kv_cache_config: KVCacheCon
     if any(isinstance(g.kv_cache_spec, MambaSpec) for g in kv_cache_config.kv_cache_groups):
         raise ValueError("kv_connector: CPU offload with mamba groups (boundary-state "
                          "hand-offs) is not implemented by the twin; drop the connector")
-    if set(kv_cache_config.block_sizes) != {config.effective_hash_block_size}:
-        raise ValueError("kv_connector: CPU offload with hash_block_size below the block size "
-                         "(sub-block hits) is not implemented by the twin; hash at the block "
-                         "size")
+

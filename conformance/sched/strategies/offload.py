@@ -27,7 +27,6 @@ def offloadable(workload: Workload) -> bool:
     config = workload.config
     kinds = {g.type for g in config.kv_cache_groups}
     return ("full" in kinds and "mamba" not in kinds and config.policy != "continuum"
-            and config.hash_block_size in (None, config.block_size)
             and not any(g.bounded_replay or g.type == "circular_buffer"
                         for g in config.kv_cache_groups)
             and config.spec_method != "eagle")
