@@ -68,12 +68,10 @@ def check_pd_pair(workload: Workload, fail: Callable[[int | None, str, str], Wor
     if workload.controls:
         raise fail(1, "pd_pair", "operator controls in a P/D pair are not modelled yet (which "
                    "instance would they reach?)")
-    if [g.type for g in workload.config.kv_cache_groups] != ["full"]:
-        raise fail(1, "config.kv_cache_groups", "a P/D pair is modelled for one full-attention "
-                   "group only (the instances' pools are sized for it; a single instance "
-                   "runs hybrid layouts)")
     decode = decode_config(pair, workload.config)
-    needed = -(-decode.max_model_len // decode.block_size)  # one full group
+    # One request of max_model_len in every group (a window holds fewer, but no less than
+    # one block; sizing by the full length is what upstream's startup check asks too).
+    needed = -(-decode.max_model_len // decode.block_size) * len(decode.kv_cache_groups)
     if decode.num_blocks - 1 < needed:
         raise fail(1, "pd_pair.decode.num_blocks", f"{decode.num_blocks - 1} usable blocks "
                    f"cannot hold one request of max_model_len {decode.max_model_len} "

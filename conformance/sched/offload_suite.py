@@ -59,6 +59,7 @@ NOT_OFFLOADED: dict[str, str] = {
     "pd-offloading-cpu-first": "runs the NIXL connector and the OffloadingConnector already",
     "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-push": "a P/D pair runs the NIXL connector already, on both instances",
+    "pd-pair-hybrid": "a P/D pair runs the NIXL connector already, on both instances",
     "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
                         "it)",
     "eagle-multimodal": "EAGLE with a connector is not modelled",

@@ -6,8 +6,8 @@ them. Within a step the prefill instance runs first, then the decode instance:
 
 * a decode-side pull ordered in step s (awaiting) lands in the output of step s +
   `load_latency_steps`, or fails as a whole (`load_fails`: finished and failed, its local
-  blocks invalid, as upstream's worker reports it for one KV-cache group), or never reports
-  (`pull_lost`);
+  blocks invalid where every group is full attention to NIXL, else by request alone), or
+  never reports (`pull_lost`);
 * push mode: the prefill side's write starts once both its blocks were handed out
   (`pushes`) and the decode side registered its own (`registrations`), at the later of the two
   steps, and then lands, fails or is lost as a pull does;
@@ -44,6 +44,10 @@ class PairWorker:
                      if r.kv_transfer is not None]
         self._failing = frozenset(rid for rid, t in transfers if t.load_fails)
         self._lost = frozenset(rid for rid, t in transfers if t.pull_lost)
+        # As the single-instance worker (`PDWorker`): a failed transfer's blocks are reported
+        # invalid only where every group is full attention to NIXL; else by request alone.
+        self._block_level_failures = all(g.type in ("full", "reference_window")
+                                         for g in workload.config.kv_cache_groups)
         self._in_flight: list[_Transfer] = []
         self._registered: dict[str, tuple[int, BlockIds]] = {}  # push: decode side's blocks
         self._pushed: dict[str, int] = {}  # push: steps the prefill side handed its blocks out
@@ -78,7 +82,8 @@ class PairWorker:
         failed = [t for t in done if t.req_id in self._failing]
         return ConnectorReport(
             finished_loads=tuple(sorted(t.req_id for t in done)),
-            invalid_block_ids=tuple(sorted({b for t in failed for b in t.blocks})),
+            invalid_block_ids=tuple(sorted({b for t in failed for b in t.blocks}))
+            if self._block_level_failures else (),
             failed_loads=tuple(sorted(t.req_id for t in failed)))
 
     # -- shared -----------------------------------------------------------------------------

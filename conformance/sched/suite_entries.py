@@ -51,6 +51,22 @@ def _aborts() -> Workload:
                    aborts=tuple(sorted(aborts, key=lambda a: a.step)))
 
 
+def _pd_pair_hybrid() -> Workload:
+    """pd-pair on a hybrid model (full attention + a 64-token sliding window), both pools
+    doubled for the second group: each pull carries the window's tail only, and a failed
+    transfer is reported by request (NIXL reports blocks only where every group is full)."""
+    workload = load("pd-pair")
+    assert workload.pd_pair is not None and workload.pd_pair.decode_num_blocks is not None
+    return replace(
+        workload, name="pd-pair-hybrid",
+        description=f"{workload.description}; groups full + sliding_window(64)",
+        config=replace(workload.config, num_blocks=2 * workload.config.num_blocks,
+                       kv_cache_groups=(KVCacheGroup("full"),
+                                        KVCacheGroup("sliding_window", sliding_window=64))),
+        pd_pair=replace(workload.pd_pair,
+                        decode_num_blocks=2 * workload.pd_pair.decode_num_blocks))
+
+
 def _offloading_resets() -> Workload:
     """multi-turn with the OffloadingConnector on a cut GPU pool (the offload suite's
     `offloading` mode) and an operator's reset of the prefix cache and the connector's cache
@@ -330,6 +346,9 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "a small decode pool backing the prefill side up into preemption, a failing "
                "transfer, aborts while prefilling, while held and while decoding",
                _bundled("pd-pair")),
+    SuiteEntry("pd-pair-hybrid", "the P/D pair on a hybrid model (full attention + a "
+               "sliding window): pulls carry the window's tail, a failed transfer is reported "
+               "by request", _pd_pair_hybrid),
     SuiteEntry("pd-pair-push", "the P/D pair with the connector in push mode (the decode "
                "side registers, the prefill side writes)", _bundled("pd-pair-push")),
     SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "

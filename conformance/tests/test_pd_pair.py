@@ -128,3 +128,19 @@ def test_conform_reports_each_instance_with_its_own_config(tmp_path: Path) -> No
     assert prefill.source is decode.source and decode.source is not None
     assert decode.source.pd_pair is not None  # --emit-regression writes the whole pair
     assert run.ok
+
+
+def test_a_hybrid_pair_reports_a_failed_transfer_by_request(pair: Pair) -> None:
+    """A pair on full attention + a sliding window: the decode side's failed transfer is
+    reported by request alone (NIXL reports invalid blocks only where every group is full
+    attention), so both instances run to the end; reported by blocks, upstream's scheduler
+    would raise on the two groups (release check `block-level-failures-multi-group`)."""
+    from conformance.sched.suite import SUITE
+
+    workload = SUITE["pd-pair-hybrid"].make()
+    assert any(r.kv_transfer is not None and r.kv_transfer.load_fails
+               for r in workload.requests)
+    for result in run_instances(workload, pair.twin, pair.reference):
+        assert result.error is None and result.same_failure is None, result.same_failure
+        assert result.divergence_at("exact") is None
+        assert result.stall is None or result.stall.agreed

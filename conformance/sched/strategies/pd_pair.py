@@ -1,7 +1,8 @@
 """Hypothesis strategy for P/D pairs (`workloads.pd_pair`): both instances behind the router.
 
-A drawn workload from `strategies.workloads` that the twin's NIXL connector models (one
-full-attention group, a generating model) becomes the client's side of a pair: its plain
+A drawn workload from `strategies.workloads` that the twin's NIXL connector models (full
+attention, reference and sliding windows, chunked local; a generating model) becomes the
+client's side of a pair: its plain
 requests (no closed-loop turns, sessions or multimodal items) go through both instances, one
 transfer in five fails as a whole, aborts stay (they reach whichever instance holds the
 request). Pull or push mode, both failure policies, transfer and notification latencies 0 to
@@ -31,10 +32,8 @@ def _plain(request: RequestSpec) -> bool:
 
 @st.composite
 def pd_pair_workloads(draw: Any, max_requests: int = 8) -> Workload:
-    # One full-attention group: the pair's pools are sized for it (hybrid pairs not yet).
     workload: Workload = draw(workloads(max_requests).filter(pd_capable).filter(
-        lambda w: [g.type for g in w.config.kv_cache_groups] == ["full"]
-        and any(_plain(r) for r in w.requests)))
+        lambda w: any(_plain(r) for r in w.requests)))
     config = workload.config
     kept = {r.request_id for r in workload.requests if _plain(r)}
     requests = tuple(
@@ -48,7 +47,8 @@ def pd_pair_workloads(draw: Any, max_requests: int = 8) -> Workload:
         load_latency_steps=draw(st.integers(0, 3), label="transfer latency"),
         send_latency_steps=draw(st.integers(0, 3), label="notification latency"),
     )
-    need = -(-config.max_model_len // config.block_size) + 1  # one full-length request
+    # One full-length request in every group (what the pair's check asks of the decode pool).
+    need = -(-config.max_model_len // config.block_size) * len(config.kv_cache_groups) + 1
     decode_blocks = draw(st.sampled_from([None, need + 1, need + 8]), label="decode pool")
     decode_seqs = draw(st.sampled_from([None, 1, 2]), label="decode seats")
     pair = PDPairSpec(
