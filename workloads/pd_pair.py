@@ -75,7 +75,8 @@ def check_pd_pair(workload: Workload, fail: Callable[[int | None, str, str], Wor
     if decode.num_blocks - 1 < needed:
         raise fail(1, "pd_pair.decode.num_blocks", f"{decode.num_blocks - 1} usable blocks "
                    f"cannot hold one request of max_model_len {decode.max_model_len} "
-                   f"({needed} blocks of {decode.block_size})")
+                   f"({needed} blocks of {decode.block_size}"
+                   f"{'' if len(decode.kv_cache_groups) == 1 else ' over its groups'})")
     if not decode.enable_chunked_prefill and \
             decode.max_num_batched_tokens < decode.max_model_len:
         raise fail(1, "pd_pair.decode.max_num_batched_tokens", "must be >= max_model_len "

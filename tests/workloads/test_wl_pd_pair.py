@@ -50,7 +50,7 @@ def test_a_workload_without_a_pair_writes_none() -> None:
     assert workload.pd_pair is None and "pd_pair" not in dumps(workload)
 
 
-# field -> (pd_pair, config, request fields, message substring, line)
+# field (a case after it in parentheses) -> (pd_pair, config, request fields, message, line)
 BAD: dict[str, tuple[Any, dict[str, Any] | None, dict[str, Any], str, int]] = {
     "pd_pair": ({}, {**CONFIG, "kv_connector": None}, {},
                 "needs the engine's kv_connector of type 'nixl' (got no connector)", 1),
@@ -62,9 +62,11 @@ BAD: dict[str, tuple[Any, dict[str, Any] | None, dict[str, Any], str, int]] = {
                                   "7 usable blocks cannot hold one request of max_model_len 256",
                                   1),
     "pd_pair.decode.blocks": ({"decode": {"blocks": 8}}, None, {}, "unknown field", 1),
-    "config.kv_cache_groups": ({}, {**CONFIG, "num_blocks": 40, "kv_cache_groups": [
-        {"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]}, {},
-        "a P/D pair is modelled for one full-attention group only", 1),
+    "pd_pair.decode.num_blocks (hybrid)": ({"decode": {"num_blocks": 20}}, {
+        **CONFIG, "num_blocks": 40, "kv_cache_groups": [
+            {"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]}, {},
+        "19 usable blocks cannot hold one request of max_model_len 256 (32 blocks of 16 over "
+        "its groups)", 1),
     "kv_transfer.role": ({}, None, {"kv_transfer": {"role": "prefill"}},
                          "the router assigns the parts", 2),
 }
@@ -75,7 +77,7 @@ def test_bad_pairs_name_the_field_and_line(field: str) -> None:
     pair, config, request, message, line = BAD[field]
     with pytest.raises(WorkloadError) as err:
         loads(text(pair, config, **request), source="w.jsonl")
-    assert err.value.field == field
+    assert err.value.field == field.split(" (")[0]
     assert err.value.line == line and message in str(err.value)
     assert str(err.value).count("\n") == 0
 
