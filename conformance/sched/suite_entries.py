@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from workloads import AbortSpec, KVCacheGroup, Workload, load
-from workloads.controls import ControlSpec
-from workloads.generators import generate
+from conformance.sched import suite_builders
+from workloads import KVCacheGroup, Workload, load
 from workloads.multimodal import MultimodalConfig
 
 
@@ -34,73 +33,8 @@ def _variant(base: str, name: str, description: str, **config: object) -> Callab
     return make
 
 
-def _aborts() -> Workload:
-    """long-context (128-token prefill chunks) with aborts planted at both ends of a request's
-    life: every 4th request one step after it arrives (its prompt needs several chunks, so it
-    is still prefilling), every 4th + 2 once its prompt is surely done (decoding)."""
-    workload = load("long-context")
-    aborts = []
-    for index, request in enumerate(workload.requests):
-        if index % 4 == 0:
-            aborts.append(AbortSpec(request.request_id, request.arrival_step + 1))
-        elif index % 4 == 2:
-            chunks = -(-request.prompt_len // 128)
-            aborts.append(AbortSpec(request.request_id, request.arrival_step + 4 * chunks + 12))
-    return replace(workload, name="aborts-mid-prefill-decode",
-                   description=f"{workload.description}; aborts mid-prefill and mid-decode",
-                   aborts=tuple(sorted(aborts, key=lambda a: a.step)))
-
-
-def _pd_pair_hybrid() -> Workload:
-    """pd-pair on a hybrid model (full attention + a 64-token sliding window), both pools
-    doubled for the second group: each pull carries the window's tail only, and a failed
-    transfer is reported by request (NIXL reports blocks only where every group is full)."""
-    workload = load("pd-pair")
-    assert workload.pd_pair is not None and workload.pd_pair.decode_num_blocks is not None
-    return replace(
-        workload, name="pd-pair-hybrid",
-        description=f"{workload.description}; groups full + sliding_window(64)",
-        config=replace(workload.config, num_blocks=2 * workload.config.num_blocks,
-                       kv_cache_groups=(KVCacheGroup("full"),
-                                        KVCacheGroup("sliding_window", sliding_window=64))),
-        pd_pair=replace(workload.pd_pair,
-                        decode_num_blocks=2 * workload.pd_pair.decode_num_blocks))
-
-
-def _offloading_resets() -> Workload:
-    """multi-turn with the OffloadingConnector on a cut GPU pool (the offload suite's
-    `offloading` mode) and an operator's reset of the prefix cache and the connector's cache
-    a third and two thirds of the way through the arrivals: the first comes while requests
-    run (the prefix reset is refused, the connector forgets every chunk and ignores its jobs'
-    late reports), the second between conversations' turns."""
-    from conformance.sched.offload_suite import with_offload
-
-    workload = with_offload(load("multi-turn"), "offloading")
-    last = max(r.arrival_step for r in workload.requests)
-    resets = tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
-                   for step in (last // 3, 2 * last // 3))
-    return replace(workload, name="offloading-resets",
-                   description=f"{workload.description}; two prefix-cache and connector resets",
-                   controls=resets)
-
-
 def _bundled(name: str) -> Callable[[], Workload]:
     return lambda: load(name)
-
-
-def _multimodal_hits() -> Workload:
-    workload = generate("multimodal", 4, 1.0)
-    return replace(workload, name="multimodal-hits",
-                   description=f"{workload.description}; priority policy",
-                   config=replace(workload.config, policy="priority"))
-
-
-def _modalities_disabled() -> Workload:
-    workload = generate("multimodal", 0, 1.0)
-    return replace(workload, name="multimodal-modalities-disabled",
-                   description=f"{workload.description}; every modality disabled, text only",
-                   requests=tuple(replace(r, mm_items=()) for r in workload.requests),
-                   config=replace(workload.config, multimodal=MultimodalConfig(120, 200, False, 0)))
 
 
 ENTRIES: tuple[SuiteEntry, ...] = (
@@ -129,7 +63,8 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         enable_chunked_prefill=False)),
     SuiteEntry("preemption-storm", "preemption storms (and two aborts)",
                _bundled("preemption-storm")),
-    SuiteEntry("aborts-mid-prefill-decode", "aborts mid-prefill and mid-decode", _aborts),
+    SuiteEntry("aborts-mid-prefill-decode", "aborts mid-prefill and mid-decode",
+               suite_builders.aborts_mid_prefill_decode),
     SuiteEntry("spec-decode", "speculative decoding, sync", _bundled("spec-decode")),
     SuiteEntry("spec-decode-async", "speculative decoding under async scheduling",
                _variant("spec-decode", "spec-decode-async", "async scheduling",
@@ -269,7 +204,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _bundled("multimodal")),
     SuiteEntry("multimodal-hits", "multimodal at seed 4 under the priority policy: prefix hits "
                "that end inside an image whose encoder output is gone (no budget left: the chunk "
-               "gets nothing), a reused image id", _multimodal_hits),
+               "gets nothing), a reused image id", suite_builders.multimodal_hits),
     SuiteEntry("multimodal-iteration-details", "multimodal with per-iteration details logged "
                "(enable_logging_iteration_details): each step's encoder inputs and their "
                "embeddings counted in the scheduler output",
@@ -289,7 +224,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("multimodal-modalities-disabled", "a multimodal model serving text only (every "
                "modality disabled, vLLM's limit_mm_per_prompt 0): the engine starts no encoder, "
                "budget and cache 0, the multimodal workload's prompts without their items",
-               _modalities_disabled),
+               suite_builders.modalities_disabled),
     SuiteEntry("multimodal-unsplittable-item", "multimodal-unchunked whose model's largest item "
                "(120 tokens) exceeds a step's 100: chunks may not split it, so the engine "
                "refuses to start (both systems refuse alike)",
@@ -348,13 +283,13 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _bundled("pd-pair")),
     SuiteEntry("pd-pair-hybrid", "the P/D pair on a hybrid model (full attention + a "
                "sliding window): pulls carry the window's tail, a failed transfer is reported "
-               "by request", _pd_pair_hybrid),
+               "by request", suite_builders.pd_pair_hybrid),
     SuiteEntry("pd-pair-push", "the P/D pair with the connector in push mode (the decode "
                "side registers, the prefill side writes)", _bundled("pd-pair-push")),
     SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
                "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
                "their late reports ignored, requests offering their chunks again",
-               _offloading_resets),
+               suite_builders.offloading_resets),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),
