@@ -25,6 +25,10 @@ class SuiteEntry:
     integrity_every: int = 1
 
 
+FULL_MAMBA_ALIGN = (KVCacheGroup("full"), KVCacheGroup("mamba", mamba_cache_mode="align"))
+"""The hybrid full attention + mamba ('align') layout of the mamba variants."""
+
+
 def _variant(base: str, name: str, description: str, **config: object) -> Callable[[], Workload]:
     def make() -> Workload:
         workload = load(base)
@@ -145,8 +149,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         prefix_cache_retention_interval=0)),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
-                        kv_cache_groups=(KVCacheGroup("full"),
-                                         KVCacheGroup("mamba", mamba_cache_mode="align")))),
+                        kv_cache_groups=FULL_MAMBA_ALIGN)),
     SuiteEntry("hybrid-sliding-window-retention0", "hybrid full + sliding window under vLLM's "
                "default sparse retention (prefix_cache_retention_interval 0): the window caches "
                "only the tails before a prompt's replay boundary and before the junction where "
@@ -158,8 +161,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "one state kept per reachable boundary (the replay's, a shared prefix's junction)",
                _variant("hybrid-sliding-window", "hybrid-mamba-retention0",
                         "groups full + mamba (align), sparse retention (0)",
-                        kv_cache_groups=(KVCacheGroup("full"),
-                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        kv_cache_groups=FULL_MAMBA_ALIGN,
                         prefix_cache_retention_interval=0)),
     SuiteEntry("hybrid-sliding-window-hash-block-8", "hybrid full + sliding window hashed "
                "every 8 tokens under 16-token blocks (prompt-tail entries inside blocks; hits "
@@ -178,8 +180,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "the reachable boundaries",
                _variant("hybrid-sliding-window", "hybrid-mamba-retention64",
                         "groups full + mamba (align), retention interval 64",
-                        kv_cache_groups=(KVCacheGroup("full"),
-                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        kv_cache_groups=FULL_MAMBA_ALIGN,
                         prefix_cache_retention_interval=64)),
     SuiteEntry("hybrid-mamba-sub-block", "multi-turn conversations on a hybrid full + mamba "
                "(align) model hashed every 4 tokens under 16-token blocks: a turn resends the "
@@ -188,8 +189,7 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "overwriting it",
                _variant("multi-turn", "hybrid-mamba-sub-block",
                         "groups full + mamba (align), 4-token hashes",
-                        kv_cache_groups=(KVCacheGroup("full"),
-                                         KVCacheGroup("mamba", mamba_cache_mode="align")),
+                        kv_cache_groups=FULL_MAMBA_ALIGN,
                         hash_block_size=4)),
     SuiteEntry("hybrid-mamba-none", "hybrid full + mamba, cache mode 'none' (0.32 caches every "
                "block boundary; 0.33 refuses it with prefix caching)",

@@ -112,14 +112,11 @@ class MambaAlignManager(MambaManager):
         A new request's hit state is swapped for the copy in its table (as for full
         attention). A running request keeps writing into its own block, so the cache entry
         moves to the copy instead, which nobody holds once the step's output carries it."""
-        index, source = partial
-        self.pending_copies.append((source, copy))
         if request_id not in self.allocated:
-            blocks = self.req_to_blocks[request_id]
-            assert blocks[index] is source and source.ref_cnt > 0
-            blocks[index] = copy
-            copy.ref_cnt += 1
+            self.swap_in_copy(request_id, partial, copy)
             return True
+        source = partial[1]
+        self.pending_copies.append((source, copy))
         self.block_pool.move_block_hashes(source, copy)
         source.ref_cnt += 1
         if copy.block_hash is not None:

@@ -177,14 +177,20 @@ class SingleTypeKVCacheManager:
         pending = self.partial_hit_reqs.pop(request_id, None)
         if pending is None:
             return None
-        index, source = pending
         copy = self.block_pool.get_new_blocks(1)[0]
+        self.swap_in_copy(request_id, pending, copy)
+        return copy
+
+    def swap_in_copy(self, request_id: str, partial: tuple[int, KVCacheBlock],
+                     copy: KVCacheBlock) -> None:
+        """Put `copy` in place of the shared block at `partial` (index, block) in the
+        request's table; both ends keep a reference until the step's output carries them."""
+        index, source = partial
         blocks = self.req_to_blocks[request_id]
         assert blocks[index] is source and source.ref_cnt > 0
         blocks[index] = copy
         copy.ref_cnt += 1
         self.pending_copies.append((source, copy))
-        return copy
 
     def take_pending_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
         """This step's (source, copy) pairs, each block still holding its extra reference."""
