@@ -182,3 +182,18 @@ def test_the_longest_boundary_inside_the_block_wins() -> None:
     hits, num_hit = manager.get_computed_blocks(c)
     assert num_hit == 20
     assert hits.get_block_ids()[0][2] == manager.get_block_ids("b")[0][2]
+
+
+def test_a_hit_never_covers_the_whole_prompt() -> None:
+    """b is a's first 20 tokens, and a keyed block 2 at 20 (its tail boundary): b may hit at
+    most 19 tokens, so the probe stops below 20 and b hits a's 16 full tokens only."""
+    manager = sub_block_manager()
+    a = request("a", list(range(22)))
+    step(manager, a, 16)
+    step(manager, a, 4)
+    step(manager, a, 2)
+    drain(manager)
+    b = request("b", list(range(20)))
+    manager.new_step_starts()
+    _, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 16
