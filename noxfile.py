@@ -27,6 +27,7 @@ nox.options.sessions = ["tests", "lint"]
 
 PYTHON = "3.11"
 KV_SHARE = 0.2
+GUIDED_SHARE = 0.25
 """The nightly budget's share for the KV-cache Hypothesis rounds (the campaign gets the rest)."""
 ORACLE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -199,9 +200,12 @@ def nightly(session: nox.Session) -> None:
     is reports/campaign/campaign.sqlite, so each night resumes where the last one stopped and
     checks new seeds; the report is reports/campaign/RUN_ID/report.html (`latest`, and
     index.html over every night), new failures are shrunk into reports/campaign/regressions/.
-    The rest (`KV_SHARE`) runs the KV-cache differential Hypothesis tests in seeded rounds
-    under the nightly profile (reports/nightly/; the campaign covers the scheduler's generated
-    space as its `hypothesis` family). Fails if either found a failure."""
+    `GUIDED_SHARE` goes to the guided search (`vtwin guide --strategy guided`, reports/guided/):
+    it resumes from the last night's corpus (reports/guided/latest/guided) and varies what
+    reached new twin or upstream branches. The rest (`KV_SHARE`) runs the KV-cache
+    differential Hypothesis tests in seeded rounds under the nightly profile (reports/nightly/;
+    the campaign covers the scheduler's generated space as its `hypothesis` family). Fails if
+    any of them found a failure."""
     parser = argparse.ArgumentParser(prog="nox -s nightly --")
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--systems", default="impl,vllm==0.32.0")
@@ -209,13 +213,21 @@ def nightly(session: nox.Session) -> None:
     install_oracle(session)
     session.install("-e", ".[test,runner,campaign]")
     kv_minutes = round(options.minutes * KV_SHARE, 2)
+    guided_minutes = round(options.minutes * GUIDED_SHARE, 2)
     failed: list[str] = []
     try:
         session.run("vtwin", "campaign", "--systems", options.systems, "--families", "all",
-                    "--minutes", str(options.minutes - kv_minutes),
+                    "--minutes", str(options.minutes - kv_minutes - guided_minutes),
                     "--out", os.path.join("reports", "campaign"), env=ORACLE_ENV)
     except CommandFailed:
         failed.append("campaign (reports/campaign/latest/report.html)")
+    corpus = os.path.join("reports", "guided", "latest", "guided")
+    try:
+        session.run("vtwin", "guide", "--strategy", "guided", "--minutes", str(guided_minutes),
+                    "--out", os.path.join("reports", "guided"),
+                    *(["--corpus", corpus] if os.path.isdir(corpus) else []), env=ORACLE_ENV)
+    except CommandFailed:
+        failed.append("guided search (reports/guided/latest/index.html)")
     try:
         session.run("python", "-m", "conformance.ci.nightly", "--minutes", str(kv_minutes),
                     "conformance/tests/test_kv_differential.py", env=ORACLE_ENV)

@@ -84,11 +84,26 @@ def _workload_for(family: str, seed: int) -> tuple[Workload, dict[str, Any]]:
     scale = rng.choice(SCALES)
     base = generate(family, seed, scale)
     config, draw = draw_config(base.config, rng)
+    if draw.get("async_scheduling") and async_gap(base) is not None:
+        # such a draw would report the twin's known gap, not test anything
+        del draw["async_scheduling"]
+        config = replace(config, async_scheduling=base.config.async_scheduling)
     name = f"{family}-seed{seed}"
     described = f"campaign draw of {family} seed {seed}: scale {scale:g}" + "".join(
         f", {key}={value}" for key, value in draw.items())
     return replace(base, name=name, description=f"{described}; {base.description}",
                    config=config), {"scale": scale, **draw}
+
+
+def async_gap(workload: Workload) -> str | None:
+    """What in `workload` the twin refuses under async scheduling, or None. Both are documented
+    gaps (NotImplementedError in `impl/sched/updates.py` and `impl/sched/resets.py`): upstream
+    drops the output of the step in flight there, which the twin does not model."""
+    if any(r.stream or r.resumable for r in workload.requests):
+        return "streaming sessions"
+    if any(c.preempt_running for c in workload.controls):
+        return "a prefix-cache reset that preempts running requests"
+    return None
 
 
 def draw_config(config: EngineConfig, rng: random.Random) -> tuple[EngineConfig, dict[str, Any]]:

@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.generate",
     "conformance.cli.bench",
     "conformance.cli.campaign",
+    "conformance.cli.guide",
     "conformance.cli.plan",
     "conformance.cli.study",
     "conformance.cli.connector",

@@ -7,8 +7,10 @@ The helpers drain the step's copies the way the scheduler does once its output c
 
 from __future__ import annotations
 
+from impl.core.block_pool import BlockPool
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.mamba_align import MambaAlignManager
+from impl.core.partial_hits import full_attention_hit
 from impl.core.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from impl.sched.request import Request
 from tests.core.helpers import make_manager, make_request
@@ -197,3 +199,34 @@ def test_a_hit_never_covers_the_whole_prompt() -> None:
     manager.new_step_starts()
     _, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 16
+
+
+def _pool_with(entries: dict[int, int]) -> tuple[BlockPool, list[bytes]]:
+    """A pool whose blocks are findable under fine hashes: `entries[fine] = block id`, with
+    block size 8 and hashes every 2 tokens (ratio 4; block b's full key is entry 4b + 3)."""
+    pool = BlockPool(12, enable_caching=True, enable_kv_cache_events=False)
+    blocks = {b.block_id: b for b in pool.get_new_blocks(8)}
+    hashes = [bytes([fine]) * 4 for fine in range(16)]
+    for fine, block_id in entries.items():
+        pool.cache_partial_block(blocks[block_id], hashes[fine], 0)
+    return pool, hashes
+
+
+def test_a_hit_stops_at_an_evicted_block_even_with_a_later_tail_cached() -> None:
+    """Blocks 0 and 1 cached, block 2 evicted (its key gone), a prompt tail's entry inside
+    block 3 still cached: the hit is blocks 0-1 (16 tokens) and nothing past the hole, since
+    only the block right after the run may hold the hit's partial end."""
+    pool, hashes = _pool_with({3: 1, 7: 2, 13: 4})
+    hits, length = full_attention_hit(hashes, 64, [0], pool, 8, 2)
+    assert ([b.block_id for b in hits[0]], length) == ([1, 2], 16)
+
+
+def test_a_partial_end_inside_the_next_block_sets_the_length_exactly() -> None:
+    """Block 0 cached, a tail entry at fine index 5 (12 tokens) inside block 1: 12 tokens,
+    one of the two blocks partial."""
+    pool, hashes = _pool_with({3: 1, 5: 3})
+    hits, length = full_attention_hit(hashes, 64, [0], pool, 8, 2)
+    assert ([b.block_id for b in hits[0]], length) == ([1, 3], 12)
+    # capped below the tail: the probe starts under max_length
+    hits, length = full_attention_hit(hashes, 11, [0], pool, 8, 2)
+    assert ([b.block_id for b in hits[0]], length) == ([1], 8)
