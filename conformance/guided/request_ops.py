@@ -90,16 +90,19 @@ def move_arrival(workload: Workload, rng: random.Random,
 
 def output_at_boundary(workload: Workload, rng: random.Random,
                        donors: Sequence[Workload]) -> Workload | None:
-    """An output that ends one token either side of a boundary of prompt + output."""
+    """An output that ends on a boundary of prompt + output or one token either side of it:
+    a block, hash block, window or chunk boundary, or (one time in four) the context cap,
+    where a request must stop for length."""
     del donors
     plain_ones = plain_indexes(workload)
     if not plain_ones:
         return None
     index = rng.choice(plain_ones)
     request = workload.requests[index]
-    most = workload.config.max_model_len - 1
-    end = boundary(workload, rng, most)
-    tokens = max(1, min(end - request.prompt_len, most - request.prompt_len, 256))
+    cap = workload.config.max_model_len
+    at_cap = rng.random() < 0.25
+    end = cap + rng.choice((-1, 0, 1)) if at_cap else boundary(workload, rng, cap - 1)
+    tokens = max(1, min(end - request.prompt_len, cap + 1 - request.prompt_len, 512))
     plans = tuple(p for p in workload.plans if p.request_id != request.request_id)
     plan = workload.plan_for(request.request_id)
     if plan is not None:

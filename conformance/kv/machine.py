@@ -171,6 +171,21 @@ class KVLockstepMachine(RuleBasedStateMachine):
         note("new_step_starts")
         self.both("new_step")
 
+    @rule(data=st.data(), count=st.integers(1, 3))
+    def evict_cached(self, data: st.DataObject, count: int) -> None:
+        """Evict free cached blocks chosen anywhere in the cache, not in LRU order: holes in the
+        middle of cached runs, which a later hit must stop at (a rare state under eviction by
+        pressure alone, where a run's tail goes first)."""
+        snapshot = self._snapshots()[0]
+        free = set(snapshot.free_queue)
+        candidates = sorted({block_id for block_id, _ in snapshot.cached if block_id in free})
+        if not candidates:
+            return
+        chosen = tuple(sorted({data.draw(st.sampled_from(candidates), label="evicted block")
+                               for _ in range(count)}))
+        note(f"evict cached blocks {list(chosen)}")
+        self.both("evict_blocks", chosen)
+
     @rule()
     def reset_prefix_cache(self) -> None:
         note("reset_prefix_cache")

@@ -85,6 +85,9 @@ class UpstreamKV:
     def reset_prefix_cache(self) -> bool:
         return bool(self.manager.reset_prefix_cache())
 
+    def evict_blocks(self, block_ids: tuple[int, ...]) -> None:
+        self.manager.block_pool.evict_blocks(set(block_ids))
+
     def new_step(self) -> None:
         self.manager.new_step_starts()
 

@@ -40,13 +40,16 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
         "assert not self._current_batch_allocated_block_ids")),
     # A sliding window's store fencing one GPU block twice (the window handed a freed block
     # back to the same request, and the connector's mirror of the block table still holds
-    # it at the old place): the store's completion unwatches the block twice.
+    # it at the old place): the store's completion unwatches the block twice. Upstream's
+    # KeyError comes from the map when no job watches the block any more, from the job's set
+    # when another job still does.
     # A connector reporting failed blocks (NIXL does where every group is full attention to
     # it, e.g. a reference window beside full attention) on a model of several groups.
     "block-level-failures-multi-group": UpstreamCheck(
         ("A KV connector reported block-level load failures",), raises="RuntimeError"),
     "offloading-fence-twice": UpstreamCheck(
-        ("pending = self._block_id_to_pending_jobs[bid]",), raises="KeyError"),
+        ("pending = self._block_id_to_pending_jobs[bid]", "pending.remove(job_id)"),
+        raises="KeyError"),
     # A request reporting its KV events in full mode whose sub-block hit ends inside the
     # prompt's last, partial block: the reused-block events index past the block hashes.
     "reused-events-partial-block": UpstreamCheck(

@@ -51,3 +51,26 @@ def test_both_strategies_report_and_a_corpus_resumes(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     resumed = json.loads((tmp_path / "second" / "guided" / "search.json").read_text())
     assert resumed["replayed"] == len(files)
+
+
+def test_a_planted_bug_is_found_in_a_scratch_copy_and_shrunk(tmp_path: Path) -> None:
+    """The bug lives only in the scratch copy: the checkout's twin passes the found workload."""
+    from conformance.sched.lockstep import run_lockstep
+    from conformance.systems.registry import resolve_system
+
+    done = guide("--runs", "6", "--seed-runs", "2", "--families", "long-context",
+                 "--planted", "threshold-when-alone", "--stop-on-failure", "--shrink-runs",
+                 "10", "--out", str(tmp_path), "--run-id", "planted")
+    assert done.returncode == 1, done.stderr[-3000:]
+    run = tmp_path / "planted"
+    assert (run / "planted.txt").read_text().startswith("threshold-when-alone: ")
+    summary = json.loads((run / "summary.json").read_text())
+    for name, numbers in summary["strategies"].items():
+        assert numbers["found"], name
+        found = numbers["found"][0]
+        assert found["signature"].startswith("exact:"), found
+        shrunk = load_file(run / found["file"])
+        original = load_file(run / found["file"].replace(".jsonl", ".original.jsonl"))
+        assert len(shrunk.requests) <= len(original.requests)
+        result = run_lockstep(shrunk, resolve_system("impl"), resolve_system("upstream"))
+        assert result.error is None and result.divergence_at("exact") is None

@@ -172,6 +172,19 @@ def test_a_reset_makes_a_windowed_store_fence_a_block_twice() -> None:
     _both_stop_alike("offloading-window-fence-twice", 30, "offloading-fence-twice", "KeyError")
 
 
+def test_a_block_fenced_twice_while_another_store_watches_it_crashes_upstream() -> None:
+    """Found by `vtwin guide` (a mutant of pd-offloading with a sliding window added): the
+    same double listing as above, but another store still watches the block, so upstream's
+    KeyError comes from removing the job from the block's set of pending jobs, not from the
+    map. The twin stopped only in the first case and ran on here (a divergence) until its
+    unwatch checked the job too; this test fails the day upstream stops crashing, or the twin
+    stops reproducing it."""
+    _both_stop_alike("offloading-fence-twice-other-watcher", 14, "offloading-fence-twice",
+                     "KeyError")
+    text = (BUGS / "offloading-fence-twice-other-watcher.jsonl").read_text()
+    assert '"sliding_window":15' in text and '"reset_connector":true' in text
+
+
 def test_a_failed_pull_on_two_full_attention_groups_crashes_the_scheduler() -> None:
     """Found by running the suite's hybrid layouts with the NIXL connector: beside full
     attention, a reference window is full attention to NIXL's worker, which then reports a

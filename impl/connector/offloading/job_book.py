@@ -82,14 +82,16 @@ class JobBook:
         """Stop watching `block_ids` for `job_id`. A windowed store can list one block twice
         (the window gave a freed block back to the same request, and the mirrored block table
         still holds it where it was): upstream then finds the block unwatched the second time
-        and crashes (a KeyError); the twin stops alike."""
+        and crashes (a KeyError), whether no job watches it any more or only other jobs do;
+        the twin stops alike."""
         for block_id in block_ids:
             watchers = self.watched_blocks.get(block_id)
-            if watchers is None:
+            if watchers is None or job_id not in watchers:
+                whom = "no job" if watchers is None else "only other jobs"
                 raise ReleaseCheckFailed("offloading-fence-twice", (
-                    f"store job {job_id} unwatches GPU block {block_id}, which no job watches "
-                    "(it listed the block twice)"))
-            watchers.discard(job_id)
+                    f"store job {job_id} unwatches GPU block {block_id}, which {whom} "
+                    "watch (it listed the block twice)"))
+            watchers.remove(job_id)
             if not watchers:
                 del self.watched_blocks[block_id]
 
