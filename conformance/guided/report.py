@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.rundirs import read_json
+from conformance.rundirs import IndexPage, Summary, read_json, update_index
 from conformance.sched.report.charts import page_script
 
 COLORS = {"guided": "#0969da", "uniform": "#bf8700"}
@@ -125,3 +125,31 @@ def render(summary: dict[str, Any], run_dir: Path) -> str:
         + "".join(rows) + "</table>" + charts
         + ("<h2>Failures</h2><ul>" + "".join(failures) + "</ul>" if failures else
            "<p>No failure found.</p>") + page_script())
+
+
+def run_summary(run_dir: Path) -> Summary | None:
+    """One run for the index of runs (None: not a guided run)."""
+    data = read_json(run_dir / "summary.json")
+    if data is None:
+        return None
+    strategies = data.get("strategies", {})
+    return {"id": run_dir.name, "planted": (run_dir / "planted.txt").is_file(),
+            "strategies": {name: {"runs": s["runs"], "twin_arcs": s["twin_arcs"],
+                                  "upstream_arcs": s["upstream_arcs"],
+                                  "found": len(s["found"])} for name, s in strategies.items()}}
+
+
+INDEX = IndexPage(
+    title="vtwin guided searches",
+    intro="Each run compares strategies with the same budget (`vtwin guide`).",
+    headers=("planted bug", "strategy: runs, twin / upstream arcs, failures"),
+    row=lambda run: ("yes" if run["planted"] else "-", "<br>".join(
+        f"{html.escape(name)}: {s['runs']}, {s['twin_arcs']} / {s['upstream_arcs']}, "
+        f"{s['found']}" for name, s in run["strategies"].items())),
+    main_page="index.html",
+)
+
+
+def update_runs_index(root: Path) -> Path:
+    """`root/runs.json` and `root/index.html` over every guided run kept there."""
+    return update_index(root, run_summary, INDEX)

@@ -10,6 +10,7 @@ is never touched).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.guided.report import write_summary
+from conformance.guided.report import update_runs_index, write_summary
 from conformance.guided.search import Strategy
 from conformance.mutation.hunt import HUNT_ENV
 from conformance.mutation.planted import apply, load_planted, scratch_copy
@@ -72,6 +73,11 @@ def run_guide(options: GuideOptions) -> tuple[Path, dict[str, Any]]:
     (`interrupted` set when Ctrl-C stopped it: the report holds what the strategies had)."""
     if options.minutes is None and options.runs is None:
         raise UserError("vtwin guide needs a budget: --minutes, --runs or both")
+    for module, why in (("coverage", "measures branch arcs with coverage.py"),
+                        ("hypothesis", "draws the campaign's `hypothesis` family")):
+        if importlib.util.find_spec(module) is None:
+            raise UserError(f"vtwin guide {why}, which is not installed: "
+                            "pip install -e '.[test]'")
     planted = load_planted([options.planted])[0] if options.planted else None
     run_dir = new_run_dir(options.out, "guided", options.run_id).resolve()
     env = {k: v for k, v in os.environ.items() if k != "VTWIN_COMPILED"}
@@ -93,6 +99,7 @@ def run_guide(options: GuideOptions) -> tuple[Path, dict[str, Any]]:
     summary = write_summary(run_dir)
     summary["interrupted"] = interrupted
     point_latest(options.out, run_dir)
+    update_runs_index(options.out)
     return run_dir, summary
 
 

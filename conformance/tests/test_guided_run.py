@@ -44,6 +44,8 @@ def test_both_strategies_report_and_a_corpus_resumes(tmp_path: Path) -> None:
         load_file(path)  # every corpus entry is a workload file
     assert "data-figure" in (run / "index.html").read_text()
     assert (tmp_path / "latest.txt").read_text().strip() == "first"
+    runs = json.loads((tmp_path / "runs.json").read_text())["runs"]
+    assert [r["id"] for r in runs] == ["first"] and runs[0]["strategies"]["guided"]["runs"] == 6
 
     again = guide("--strategy", "guided", "--runs", str(len(files) + 1), "--corpus",
                   str(run / "guided"), "--families", "prefix-sharing", "--out",
