@@ -107,9 +107,10 @@ AREAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
                                          "test_conform_startup", "test_pool_watch"),
      "system specs, out-of-process workers over the wire protocol, start-up, upstream's pool "
      "states kept from its calls, traces recorded alone and compared offline"),
-    ("Campaigns", ("test_campaign",),
+    ("Campaigns and guided search", ("test_campaign", "test_guided"),
      "generated-workload campaigns on Ray: families, shrinking, the store, resume, a killed "
-     "worker, the budget"),
+     "worker, the budget; the coverage-guided search: mutation operators, the corpus, both "
+     "strategies against upstream, a planted bug found"),
     ("Upstream bugs", ("test_upstream_bugs", "test_divergences_"),
      "upstream's own failures reproduced by the twin, and known divergences per pair"),
 )
