@@ -10,6 +10,7 @@ uniform draws is the baseline its report compares against.
 | module | what it does |
 | --- | --- |
 | `features` | a run's features: twin and upstream arcs (coverage.py), activity buckets |
+| `state` | state features arcs cannot see: holes inside cached runs, hybrid searches asked again |
 | `mutate` | workload mutation operators and `havoc`, kept valid by the format's own checks |
 | `search` | one strategy's loop: fresh draws, corpus, mutants, timeline, failures |
 | `runner` | the pair in lockstep under the probe, judged as the campaign judges |

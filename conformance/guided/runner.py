@@ -15,6 +15,7 @@ from conformance.campaign.families import workload_for
 from conformance.campaign.task import classify, pairs_of
 from conformance.guided.features import ArcProbe, Feature, activity_features, traced_spec
 from conformance.guided.search import Outcome
+from conformance.guided.state import StateProbe
 from conformance.sched.lockstep import run_lockstep
 from conformance.systems.protocol import SystemFactory
 from conformance.systems.registry import resolve_system
@@ -31,18 +32,22 @@ class PairRunner:
     left_factory: SystemFactory
     right_factory: SystemFactory
     probe: ArcProbe
+    state: StateProbe
 
     @staticmethod
     def of(left: str, right: str, probe: ArcProbe | None = None) -> PairRunner:
         (left_spec, right_spec), = pairs_of((traced_spec(left), traced_spec(right)))
+        state = StateProbe()
+        state.install()
         return PairRunner(left_spec, right_spec, resolve_system(left_spec),
-                          resolve_system(right_spec), probe or ArcProbe.here())
+                          resolve_system(right_spec), probe or ArcProbe.here(), state)
 
     def __call__(self, workload: Workload) -> Outcome:
+        self.state.take()
         result, arcs = self.probe.run(
             lambda: run_lockstep(workload, self.left_factory, self.right_factory))
         return Outcome(classify(result, self.left, self.right),
-                       arcs | activity_features(result.activity))
+                       arcs | activity_features(result.activity) | self.state.take())
 
     def warm_up(self) -> frozenset[Feature]:
         workload, _ = workload_for(*WARM_UP, (self.left, self.right))

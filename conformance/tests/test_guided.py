@@ -24,6 +24,7 @@ from conformance.guided.features import (
 )
 from conformance.guided.report import summarize
 from conformance.guided.search import MUTANT_ORIGIN, Outcome, Search, Settings
+from conformance.guided.state import StateProbe
 from conformance.sched.activity import Activity
 from vtwin.errors import UserError
 from workloads.model import Workload
@@ -215,3 +216,38 @@ def test_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path) ->
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_the_state_probe_sees_a_hole_inside_a_cached_run() -> None:
+    """A 31-token hit search over 16-token chunks of 4-token blocks scans the local window,
+    blocks 4-6. Blocks 4 and 6 cached, 5 missing: the scan stops at 5 with 6 still cached
+    behind it (a hole). With 5 cached too, nothing is recorded."""
+    from impl.core.block_pool import BlockPool
+    from impl.core.chunked_local import ChunkedLocalAttentionManager
+    from impl.core.specs import ChunkedLocalAttentionSpec
+
+    if os.environ.get("VTWIN_COMPILED") == "1":
+        pytest.skip("VTWIN_COMPILED=1: the compiled twin's classes cannot be wrapped")
+    plain_scan = ChunkedLocalAttentionManager.__dict__["find_longest_cache_hit"]
+    probe = StateProbe()
+    probe.install()
+    probe.install()  # once per process: a second call wraps nothing again
+    try:
+        spec = ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=16)
+        pool = BlockPool(16, enable_caching=True, enable_kv_cache_events=False)
+        blocks = pool.get_new_blocks(8)
+        hashes = [bytes([n]) * 4 for n in range(8)]
+        for index in (4, 6):
+            pool.cache_partial_block(blocks[index], hashes[index], 0)
+        _, length = ChunkedLocalAttentionManager.find_longest_cache_hit(
+            hashes, 31, [0], pool, spec, 4)
+        assert length == 20  # null blocks 0-3, then block 4
+        name = "ChunkedLocalAttentionManager"
+        assert probe.take() == {("state", f"{name}:miss-before-window-end", 0, 0),
+                                ("state", f"{name}:hole", 0, 0)}
+        pool.cache_partial_block(blocks[5], hashes[5], 0)
+        ChunkedLocalAttentionManager.find_longest_cache_hit(hashes, 31, [0], pool, spec, 4)
+        assert probe.take() == frozenset()
+    finally:
+        probe.uninstall()
+    assert ChunkedLocalAttentionManager.__dict__["find_longest_cache_hit"] is plain_scan
