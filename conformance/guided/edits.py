@@ -50,6 +50,15 @@ def plain_indexes(workload: Workload) -> list[int]:
     return [i for i, r in enumerate(workload.requests) if plain(r)]
 
 
+def pick_plain(workload: Workload, rng: random.Random) -> tuple[int, RequestSpec] | None:
+    """One plain request drawn at random, with its index; None when there is none."""
+    plain_ones = plain_indexes(workload)
+    if not plain_ones:
+        return None
+    index = rng.choice(plain_ones)
+    return index, workload.requests[index]
+
+
 def set_request(workload: Workload, index: int, request: RequestSpec) -> Workload:
     requests = list(workload.requests)
     requests[index] = request

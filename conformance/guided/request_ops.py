@@ -12,6 +12,7 @@ from conformance.guided.edits import (
     boundary,
     fresh_tokens,
     new_id,
+    pick_plain,
     plain,
     plain_indexes,
     rebuilt,
@@ -26,11 +27,10 @@ def prompt_at_boundary(workload: Workload, rng: random.Random,
                        donors: Sequence[Workload]) -> Workload | None:
     """A prompt cut or grown to a boundary, one token either side of it or on it."""
     del donors
-    plain_ones = plain_indexes(workload)
-    if not plain_ones:
+    picked = pick_plain(workload, rng)
+    if picked is None:
         return None
-    index = rng.choice(plain_ones)
-    request = workload.requests[index]
+    index, request = picked
     length = boundary(workload, rng, room(workload, request))
     tokens = request.prompt_token_ids[:length]
     tokens += fresh_tokens(workload, rng, length - len(tokens))
@@ -58,10 +58,10 @@ def repeat_later(workload: Workload, rng: random.Random,
     """A request asked again after the others: its blocks may be evicted in part by then, so
     the hit meets a hole, or grows past where the first run stopped."""
     del donors
-    plain_ones = plain_indexes(workload)
-    if not plain_ones:
+    picked = pick_plain(workload, rng)
+    if picked is None:
         return None
-    request = workload.requests[rng.choice(plain_ones)]
+    _, request = picked
     last = max(r.arrival_step for r in workload.requests)
     tokens = request.prompt_token_ids
     if rng.random() < 0.5:
@@ -77,11 +77,10 @@ def move_arrival(workload: Workload, rng: random.Random,
                  donors: Sequence[Workload]) -> Workload | None:
     """A request arrives earlier or later (together with others, or alone)."""
     del donors
-    plain_ones = plain_indexes(workload)
-    if not plain_ones:
+    picked = pick_plain(workload, rng)
+    if picked is None:
         return None
-    index = rng.choice(plain_ones)
-    request = workload.requests[index]
+    index, request = picked
     steps = sorted({r.arrival_step for r in workload.requests})
     step = rng.choice(steps) if rng.random() < 0.5 else max(
         0, request.arrival_step + rng.randint(-6, 6))
@@ -94,11 +93,10 @@ def output_at_boundary(workload: Workload, rng: random.Random,
     a block, hash block, window or chunk boundary, or (one time in four) the context cap,
     where a request must stop for length."""
     del donors
-    plain_ones = plain_indexes(workload)
-    if not plain_ones:
+    picked = pick_plain(workload, rng)
+    if picked is None:
         return None
-    index = rng.choice(plain_ones)
-    request = workload.requests[index]
+    index, request = picked
     cap = workload.config.max_model_len
     at_cap = rng.random() < 0.25
     end = cap + rng.choice((-1, 0, 1)) if at_cap else boundary(workload, rng, cap - 1)
@@ -129,10 +127,10 @@ def burst(workload: Workload, rng: random.Random,
           donors: Sequence[Workload]) -> Workload | None:
     """Copies of one request arriving together: seats, budget and pool run out at once."""
     del donors
-    plain_ones = plain_indexes(workload)
-    if not plain_ones:
+    picked = pick_plain(workload, rng)
+    if picked is None:
         return None
-    request = workload.requests[rng.choice(plain_ones)]
+    _, request = picked
     requests = list(workload.requests)
     for n in range(rng.randint(1, 4)):
         requests.append(replace(request, request_id=f"{new_id(workload, request.request_id)}"
