@@ -4,7 +4,8 @@ strategy's, whose first runs would have imported and built everything already).
 
 ``python -m conformance.guided.one --strategy S --families F,.. --out DIR [...]`` writes:
 
-- ``DIR/search.json``: the settings, the counts, the timeline (one point per run), the corpus
+- ``DIR/search.json``: the settings, the counts, the rare states reached, the timeline (one
+  point per run), the corpus
   (file, origin, what it added) and each failure signature found (when, by what);
 - ``DIR/corpus/NNNN.jsonl``: each corpus workload, a file `vtwin conform` and `--corpus` read;
 - ``DIR/failures/SIGNATURE.jsonl``: the first workload of each failure signature, shrunk
@@ -26,6 +27,7 @@ from conformance.campaign.task import pair_signature
 from conformance.guided.features import TWIN, UPSTREAM
 from conformance.guided.runner import PairRunner
 from conformance.guided.search import STRATEGIES, Found, Search, Settings
+from conformance.guided.state import STATE
 from vtwin.errors import UserError
 from workloads import dumps, load_file
 from workloads.model import Workload
@@ -100,6 +102,9 @@ def write(search: Search, runner: PairRunner, out: Path, shrink_runs: int,
         "errors": search.errors, "twin_arcs": search.arcs(TWIN),
         "upstream_arcs": search.arcs(UPSTREAM), "warm_up_arcs": list(warm),
         "yields": search.yields, "corpus": corpus, "found": found,
+        # The rare states reached (a hole per manager, hybrid searches asked again: `state`).
+        "states": sorted({f"{name}={count}" if count else name
+                          for kind, name, count, _ in search.seen if kind == STATE}),
         "timeline": [[p.seconds, p.runs, p.twin_arcs, p.upstream_arcs, p.corpus, p.failures]
                      for p in search.timeline],
     }

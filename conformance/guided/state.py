@@ -11,7 +11,13 @@ nothing in `impl/` knows about it) and adds a feature for each such state a run 
   at);
 - ``("state", "hybrid:<n>-types", lookups, 0)``: how many single-type lookups one hybrid
   search made (more than the types: a later type shortened the hit and the others were asked
-  again).
+  again);
+- ``("state", "sched:scheduled-after-<event>", bound, 0)``: within one step, a request was
+  scheduled after a running request scheduled earlier in the step was preempted
+  (``taken-back``: its tokens go back to the budget) or after a decode was padded to the
+  uniform spec-decode width (``padding``: the padded slots count); ``bound`` is 1 when the
+  budget left cut that request's chunk. Those are the states where a budget given back wrongly
+  shows: arcs see each event, not one followed by a chunk the budget cut.
 
 Installed once per process (`install`; `uninstall` puts the methods back), on the pure-Python
 twin only.
@@ -37,6 +43,8 @@ class StateProbe:
     installed: bool = False
     originals: list[tuple[Any, str, Any]] = field(default_factory=list)
     """(owner, attribute, what it held) for each wrapped method, for `uninstall`."""
+    victim_plan: object | None = None
+    """The last step plan that took a preempted request's tokens back."""
 
     def take(self) -> frozenset[Feature]:
         """The features since the last call."""
@@ -58,6 +66,11 @@ class StateProbe:
         search = "find_hybrid_hit"  # the coordinator's own reference to the hybrid search
         self.originals.append((coordinator, search, getattr(coordinator, search)))
         setattr(coordinator, search, self._hybrid(getattr(coordinator, search)))
+        from impl.sched.step_plan import StepPlan
+
+        for name, wrap in (("take_back", self._take_back), ("schedule", self._schedule)):
+            self.originals.append((StepPlan, name, getattr(StepPlan, name)))
+            setattr(StepPlan, name, wrap(getattr(StepPlan, name)))
         self.installed = True
 
     def uninstall(self) -> None:
@@ -83,6 +96,24 @@ class StateProbe:
                        for i in range(got + 1, end)):
                     self.features.add((STATE, f"{name}:hole", 0, 0))
             return hits, length
+        return watched
+
+    def _take_back(self, take_back: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(plan: Any, request: Any) -> Any:
+            self.victim_plan = plan
+            return take_back(plan, request)
+        return watched
+
+    def _schedule(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
+        from impl.sched.output import PLACEHOLDER_DRAFT
+
+        def watched(plan: Any, request: Any, num_new: int, blocks: Any) -> Any:
+            bound = int(num_new >= plan.token_budget)
+            if plan is self.victim_plan:
+                self.features.add((STATE, "sched:scheduled-after-taken-back", bound, 0))
+            if any(PLACEHOLDER_DRAFT in drafts for drafts in plan.spec_tokens.values()):
+                self.features.add((STATE, "sched:scheduled-after-padding", bound, 0))
+            return schedule(plan, request, num_new, blocks)
         return watched
 
     def _hybrid(self, search: Callable[..., Any]) -> Callable[..., Any]:

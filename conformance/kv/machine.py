@@ -30,6 +30,7 @@ class ModelRequest:
     num_computed: int = 0
     running: bool = False
     outputs: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # the prompt and every appended token
 
 
 def shared_prefixes(block_size: int) -> list[list[int]]:
@@ -40,6 +41,11 @@ def shared_prefixes(block_size: int) -> list[list[int]]:
         [2000 + i for i in range(block_size * 3 + block_size // 2)],
         [3000 + i for i in range(block_size * 5)],
     ]
+
+
+LATE_BLOCKS = 4
+"""How far from a cached run's end a hole counts as late (a chunk of the families' 64 tokens
+in 16-token blocks)."""
 
 
 def decode_token(request_id: str, position: int) -> int:
@@ -59,6 +65,7 @@ class KVLockstepMachine(RuleBasedStateMachine):
         self.requests: dict[str, ModelRequest] = {}
         self.next_id = 0
         self.prefixes = shared_prefixes(self.family.groups[0].block_size)
+        self.finished_tokens: list[list[int]] = []  # the last few finished requests' tokens
         self._version = 0
         self._snapshot_version = -1
         self._snapshot_pair: tuple[Snapshot, Snapshot] | None = None
@@ -99,14 +106,31 @@ class KVLockstepMachine(RuleBasedStateMachine):
         self.next_id += 1
         note(f"add {request_id}: {len(tokens)} tokens (prefix {prefix}, salt {salt}, lora {lora})")
         self.both("add_request", request_id, tokens, salt, lora)
-        self.requests[request_id] = ModelRequest(request_id, len(tokens))
+        self.requests[request_id] = ModelRequest(request_id, len(tokens), tokens=list(tokens))
+
+    @precondition(lambda self: len(self.requests) < 12 and bool(
+        self.finished_tokens or self.requests))
+    @rule(data=st.data(), extra=st.lists(st.integers(0, 40), max_size=20))
+    def resubmit(self, data: st.DataObject, extra: list[int]) -> None:
+        """A new request repeating a finished or present request's tokens (a retry, the next
+        turn of a conversation): hits on long runs of its own blocks, not only on the shared
+        prefixes, so holes inside them can be met."""
+        sources = [*self.finished_tokens,
+                   *(self.requests[rid].tokens for rid in sorted(self.requests))]
+        tokens = [*data.draw(st.sampled_from(sources), label="repeated tokens"), *extra]
+        request_id = f"r{self.next_id}"
+        self.next_id += 1
+        note(f"add {request_id}: {len(tokens)} tokens (a repeat, {len(extra)} more)")
+        self.both("add_request", request_id, tokens, None, None)
+        self.requests[request_id] = ModelRequest(request_id, len(tokens), tokens=tokens)
 
     @precondition(lambda self: self._has(running=False))
     @rule(data=st.data(), chunk=st.integers(1, 80), lookahead=st.sampled_from([0, 0, 0, 2]),
           must_fit=st.booleans(), delay=st.sampled_from([False, False, False, True]))
     def admit(self, data: st.DataObject, chunk: int, lookahead: int, must_fit: bool,
-              delay: bool) -> None:
-        request = self._pick(data, running=False)
+              delay: bool, request: ModelRequest | None = None) -> None:
+        if request is None:
+            request = self._pick(data, running=False)
         hit = self.both("get_computed_blocks", request.request_id)
         num_new = min(chunk, request.num_tokens - hit.num_tokens)
         # An encoder-decoder model writes the encoder's output when the request starts.
@@ -135,6 +159,7 @@ class KVLockstepMachine(RuleBasedStateMachine):
         if request.num_computed >= request.num_tokens:  # decode: sample one token first
             token = decode_token(request.request_id, request.num_tokens)
             self.both("append_token", request.request_id, token)
+            request.tokens.append(token)
             request.num_tokens += 1
         num_new = min(chunk, request.num_tokens - request.num_computed)
         note(f"step {request.request_id}: computed {request.num_computed}, new {num_new}, "
@@ -176,15 +201,70 @@ class KVLockstepMachine(RuleBasedStateMachine):
         """Evict free cached blocks chosen anywhere in the cache, not in LRU order: holes in the
         middle of cached runs, which a later hit must stop at (a rare state under eviction by
         pressure alone, where a run's tail goes first)."""
-        snapshot = self._snapshots()[0]
-        free = set(snapshot.free_queue)
-        candidates = sorted({block_id for block_id, _ in snapshot.cached if block_id in free})
+        candidates = self._evictable()
         if not candidates:
             return
         chosen = tuple(sorted({data.draw(st.sampled_from(candidates), label="evicted block")
                                for _ in range(count)}))
         note(f"evict cached blocks {list(chosen)}")
         self.both("evict_blocks", chosen)
+
+    @precondition(lambda self: self._has(running=False))
+    @rule(data=st.data(), every_group=st.booleans(), chunk=st.integers(1, 80))
+    def hole_then_hit(self, data: st.DataObject, every_group: bool, chunk: int) -> None:
+        """Evict one block from the middle of a waiting request's cached run, then admit it at
+        once: its hit search meets a hole with cached blocks after it, in one group (so that
+        group, whichever it is, shortens a hybrid hit) or in every group holding the hash.
+
+        Eviction by pressure takes a run's tail first and a hit touches a prefix of it, so
+        end-to-end a run's cached blocks stay a prefix: holes come only from an eviction by
+        block id (what a connector's failed load does), which is why this rule aims at them:
+        it draws among the holes every waiting request could meet, not among requests."""
+        holes = self._inner_cached_blocks()
+        # Mostly within a few blocks of the run's end: where a window's or a chunk's scan
+        # looks (a hole early in a long run is outside it and changes nothing).
+        late = [hole for hole in holes if hole[1] >= hole[5] - LATE_BLOCKS]
+        if late and data.draw(st.sampled_from((True, True, True, False)), label="late hole"):
+            holes = late
+        if not holes:
+            return
+        request_id, at, block_id, group, hex_hash, _ = data.draw(st.sampled_from(holes),
+                                                                 label="hole")
+        left = self._snapshots()[0]
+        free = set(left.free_queue)
+        chosen = (tuple(sorted(b for b, _, h in left.cached_blocks if h == hex_hash
+                               and b in free)) if every_group else (block_id,))
+        note(f"hole at hash position {at} of {request_id}: evict {list(chosen)} "
+             f"({'every group' if every_group else f'group {group}'})")
+        self.both("evict_blocks", chosen)
+        self.admit(data, chunk, 0, False, False, self.requests[request_id])
+
+    def _inner_cached_blocks(self) -> list[tuple[str, int, int, int, str, int]]:
+        """(request id, hash position, block id, group, hash, the run's last position) of
+        every free cached block of a waiting request's run with a cached block of its group
+        after it."""
+        left = self._snapshots()[0]
+        free = set(left.free_queue)
+        holes = []
+        for request_id in sorted(r for r, m in self.requests.items() if not m.running):
+            position = {h: i for i, h in reversed(list(enumerate(
+                left.block_hashes.get(request_id, []))))}
+            runs: dict[int, list[tuple[int, int, str]]] = {}
+            for block_id, group, hex_hash in left.cached_blocks:
+                if hex_hash in position:
+                    runs.setdefault(group, []).append((position[hex_hash], block_id, hex_hash))
+            for group, run in sorted(runs.items()):
+                last = max(at for at, _, _ in run)
+                holes += [(request_id, at, block_id, group, hex_hash, last)
+                          for at, block_id, hex_hash in sorted(run)
+                          if at < last and block_id in free]
+        return holes
+
+    def _evictable(self) -> list[int]:
+        """The ids of free cached blocks (the only ones eviction may take)."""
+        left = self._snapshots()[0]
+        free = set(left.free_queue)
+        return sorted({block_id for block_id, _, _ in left.cached_blocks if block_id in free})
 
     @rule()
     def reset_prefix_cache(self) -> None:
@@ -199,6 +279,7 @@ class KVLockstepMachine(RuleBasedStateMachine):
             self.both("set_num_computed_tokens", request.request_id, 0)
         else:
             del self.requests[request.request_id]
+            self.finished_tokens = [*self.finished_tokens[-7:], request.tokens]
 
     # -- agreement: one invariant per observable, so a failure names the property ---------
     def _snapshots(self) -> tuple[Snapshot, Snapshot]:
@@ -236,6 +317,10 @@ class KVLockstepMachine(RuleBasedStateMachine):
     @invariant()
     def cached_sets_agree(self) -> None:
         self._agree("cached")
+
+    @invariant()
+    def cached_blocks_agree(self) -> None:
+        self._agree("cached_blocks")
 
     @invariant()
     def block_tables_agree(self) -> None:

@@ -24,10 +24,13 @@ class Hit:
 class Snapshot:
     num_free_blocks: int
     free_queue: list[int]
-    cached: list[tuple[int, str]]
+    cached: list[tuple[int, str]]  # (group id, block hash hex)
     tables: dict[str, BlockIds]
     block_hashes: dict[str, list[str]]
     stats: tuple[int, ...] = field(default_factory=tuple)
+    # Every prefix-cache entry as (block id, group id, block hash hex), duplicates included:
+    # which physical block holds each cached hash (what targeted evictions pick from).
+    cached_blocks: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 class KVSystem(Protocol):
@@ -152,6 +155,8 @@ class ImplKV:
                           for rid, r in self.requests.items()},
             stats=(stats.requests, stats.queries, stats.hits, stats.preempted_requests,
                    stats.preempted_queries, stats.preempted_hits),
+            cached_blocks=sorted((block.block_id, g, h.hex()) for g, m in pool.maps_by_group()
+                                 for h, block in m.items()),
         )
 
     def check_integrity(self) -> None:

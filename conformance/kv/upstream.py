@@ -103,9 +103,13 @@ class UpstreamKV:
         from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 
         pool = self.manager.block_pool
-        cached = []
-        for key in list(pool.cached_block_hash_to_block._cache):
-            cached.append((get_group_id(key), bytes(get_block_hash(key)).hex()))
+        cached: list[tuple[int, str]] = []
+        cached_blocks: list[tuple[int, int, str]] = []
+        for key, held in list(pool.cached_block_hash_to_block._cache.items()):
+            group, hex_hash = get_group_id(key), bytes(get_block_hash(key)).hex()
+            cached.append((group, hex_hash))
+            blocks = held.values() if isinstance(held, dict) else (held,)
+            cached_blocks.extend((block.block_id, group, hex_hash) for block in blocks)
         stats = self.manager.make_prefix_cache_stats()
         return Snapshot(
             num_free_blocks=pool.get_num_free_blocks(),
@@ -117,6 +121,7 @@ class UpstreamKV:
                           for rid, r in self.requests.items()},
             stats=(stats.requests, stats.queries, stats.hits, stats.preempted_requests,
                    stats.preempted_queries, stats.preempted_hits),
+            cached_blocks=sorted(cached_blocks),
         )
 
     def check_integrity(self) -> None:

@@ -13,6 +13,7 @@ cheapest first, stopping at the first failing test: the unit tests, then the dif
 tests against upstream (their Hypothesis examples random, as in CI). A patch that no longer
 applies is *stale* (the code moved: port it). The score is killed / (killed + survived),
 reported apart from mutmut's, under reports/mutation/planted-RUN_ID/ (planted.json).
+`--stages differential` skips the unit tests: what the differential tests kill on their own.
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """The gate's tests, cheapest first: `pytest tests` (what `nox -s tests` runs), then the
 differential tests of `nox -s ci` that judge behaviour against upstream."""
+
+
+
+def stages_named(names: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The stages named in a comma list, in the gate's order; an unknown name is one line."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = dict(STAGES)
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise UserError(f"--stages: unknown stage {', '.join(unknown) or '(none given)'} "
+                        f"(known: {', '.join(known)})")
+    return tuple((name, tests) for name, tests in STAGES if name in wanted)
+
 
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
@@ -159,11 +173,12 @@ def _passes_unpatched(killer: str, env: dict[str, str], timeout: float) -> bool:
         return run_stage(root, [killer], clean, timeout, workers=0) is None
 
 
-def write_report(verdicts: Sequence[Verdict], out: Path) -> Path:
+def write_report(verdicts: Sequence[Verdict], out: Path,
+                 stages: Sequence[str] = ("unit", "differential")) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     killed = sum(v.verdict == "killed" for v in verdicts)
     judged = sum(v.verdict in ("killed", "survived") for v in verdicts)
-    report = {"killed": killed, "judged": judged,
+    report = {"killed": killed, "judged": judged, "stages": list(stages),
               "score": round(100.0 * killed / judged, 1) if judged else None,
               "planted": [asdict(v) for v in verdicts]}
     path = out / "planted.json"
@@ -171,17 +186,19 @@ def write_report(verdicts: Sequence[Verdict], out: Path) -> Path:
     return path
 
 
-def main_planted(names: Sequence[str], out: Path, target: float) -> int:
-    """Judge the planted bugs; exit 1 below `target` percent or on a stale patch."""
+def main_planted(names: Sequence[str], out: Path, target: float,
+                 stages: Sequence[tuple[str, Sequence[str]]] = STAGES) -> int:
+    """Judge the planted bugs against `stages` (default the whole gate); exit 1 below `target`
+    percent or on a stale patch."""
     verdicts = []
     for planted in load_planted(names):
         print(f"mutation planted: {planted.name} ...", flush=True)
-        verdict = judge(planted)
+        verdict = judge(planted, stages)
         where = f" by {verdict.killer} ({verdict.stage})" if verdict.killer else ""
         print(f"mutation planted: {planted.name}: {verdict.verdict}{where} "
               f"[{verdict.seconds:.0f} s]", flush=True)
         verdicts.append(verdict)
-    path = write_report(verdicts, out)
+    path = write_report(verdicts, out, [name for name, _ in stages])
     report = json.loads(path.read_text(encoding="utf-8"))
     stale = [v.name for v in verdicts if v.verdict in ("stale", "error")]
     print(f"mutation planted: {report['killed']}/{report['judged']} killed "

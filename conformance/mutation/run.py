@@ -29,7 +29,7 @@ from pathlib import Path
 from conformance.mutation import runs
 from conformance.mutation.equivalents import DEFAULT_PATH, classify, load_equivalents
 from conformance.mutation.hunt import main_hunt
-from conformance.mutation.planted import main_planted
+from conformance.mutation.planted import STAGES, main_planted, stages_named
 from conformance.mutation.report import judge, write_report
 from conformance.mutation.results import (
     NO_TESTS,
@@ -172,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-id", default=None, metavar="ID",
                         help="name of the run directory (default: UTC time and command); an "
                              "existing run is never overwritten")
+    parser.add_argument("--stages", default=",".join(name for name, _ in STAGES),
+                        metavar="S,..",
+                        help="planted: the gate's stages to run, cheapest first (default "
+                        f"{','.join(name for name, _ in STAGES)}; `differential` alone "
+                        "measures what the differential tests kill without the unit tests)")
     parser.add_argument("--mutants-dir", type=Path, default=Path("mutants"))
     parser.add_argument("--no-store", action="store_true",
                         help=f"run: neither restore verdicts from {STORE_PATH} nor write "
@@ -182,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "planted":
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             return main_planted(args.mutants, args.out or Path(
-                "reports", "mutation", f"planted-{args.run_id or stamp}"), args.target)
+                "reports", "mutation", f"planted-{args.run_id or stamp}"), args.target,
+                stages_named(args.stages))
         if args.command == "hunt":
             return main_hunt(args.mutants, runs.latest_report(args.out), args.mutants_dir,
                              args.examples, args.regressions, args.hunt_timeout)

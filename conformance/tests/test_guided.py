@@ -251,3 +251,37 @@ def test_the_state_probe_sees_a_hole_inside_a_cached_run() -> None:
     finally:
         probe.uninstall()
     assert ChunkedLocalAttentionManager.__dict__["find_longest_cache_hit"] is plain_scan
+
+
+def test_the_state_probe_sees_a_chunk_scheduled_after_a_budget_change() -> None:
+    """Within one plan: a request scheduled after a scheduled one was preempted (its tokens
+    taken back), and after a decode padded with placeholder drafts; bucket 1 when the budget
+    left cut the later chunk. A fresh plan carries neither."""
+    from types import SimpleNamespace
+
+    from impl.sched.output import PLACEHOLDER_DRAFT
+    from impl.sched.step_plan import StepPlan
+
+    if os.environ.get("VTWIN_COMPILED") == "1":
+        pytest.skip("VTWIN_COMPILED=1: the compiled twin's classes cannot be wrapped")
+    plain = StepPlan.schedule
+    probe = StateProbe()
+    probe.install()
+    try:
+        victim, later = (SimpleNamespace(request_id=r, get_num_encoder_embeds=len)
+                         for r in ("victim", "later"))
+        plan = StepPlan(token_budget=10)
+        plan.schedule(victim, 6, None)
+        plan.scheduled_running.append(victim)
+        assert probe.take() == frozenset()
+        plan.take_back(victim)
+        plan.schedule(later, 4, None)  # 10 left: not cut
+        assert probe.take() == {("state", "sched:scheduled-after-taken-back", 0, 0)}
+        padded = StepPlan(token_budget=8)
+        padded.schedule(victim, 3, None)
+        padded.spec_tokens["victim"] = [PLACEHOLDER_DRAFT] * 2
+        padded.schedule(later, 5, None)  # exactly what was left: cut by the budget
+        assert probe.take() == {("state", "sched:scheduled-after-padding", 1, 0)}
+    finally:
+        probe.uninstall()
+    assert StepPlan.schedule is plain

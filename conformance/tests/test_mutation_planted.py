@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from conformance.mutation.planted import (
+    STAGES,
     Planted,
     apply,
     judge,
     load_planted,
     scratch_copy,
+    stages_named,
     write_report,
 )
 from vtwin.errors import UserError
@@ -68,3 +70,13 @@ def test_an_unknown_or_headless_patch_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "bare.patch").write_text("--- a/x\n+++ b/x\n", encoding="utf-8")
     with pytest.raises(UserError, match="needs `# ` lines"):
         load_planted([], tmp_path)
+
+
+def test_stages_are_chosen_by_name_in_the_gates_order() -> None:
+    """`--stages differential` measures the differential tests alone; names keep the gate's
+    order whatever order they are given in; an unknown name is one line naming the known."""
+    assert stages_named("differential") == (STAGES[1],)
+    assert stages_named("differential, unit") == STAGES
+    with pytest.raises(UserError, match=r"^--stages: unknown stage lint \(known: unit, "
+                       r"differential\)$"):
+        stages_named("unit,lint")
