@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from conformance.kv.family import KVFamily
+from conformance.kv.holes import HoleRules
 from conformance.kv.systems import KVSystem, Snapshot
 
 
@@ -43,16 +44,11 @@ def shared_prefixes(block_size: int) -> list[list[int]]:
     ]
 
 
-LATE_BLOCKS = 4
-"""How far from a cached run's end a hole counts as late (a chunk of the families' 64 tokens
-in 16-token blocks)."""
-
-
 def decode_token(request_id: str, position: int) -> int:
     return (int(request_id[1:]) * 31 + position * 7) % 97
 
 
-class KVLockstepMachine(RuleBasedStateMachine):
+class KVLockstepMachine(HoleRules, RuleBasedStateMachine):
     family: KVFamily
 
     def __init__(self) -> None:
@@ -195,76 +191,6 @@ class KVLockstepMachine(RuleBasedStateMachine):
     def new_step(self) -> None:
         note("new_step_starts")
         self.both("new_step")
-
-    @rule(data=st.data(), count=st.integers(1, 3))
-    def evict_cached(self, data: st.DataObject, count: int) -> None:
-        """Evict free cached blocks chosen anywhere in the cache, not in LRU order: holes in the
-        middle of cached runs, which a later hit must stop at (a rare state under eviction by
-        pressure alone, where a run's tail goes first)."""
-        candidates = self._evictable()
-        if not candidates:
-            return
-        chosen = tuple(sorted({data.draw(st.sampled_from(candidates), label="evicted block")
-                               for _ in range(count)}))
-        note(f"evict cached blocks {list(chosen)}")
-        self.both("evict_blocks", chosen)
-
-    @precondition(lambda self: self._has(running=False))
-    @rule(data=st.data(), every_group=st.booleans(), chunk=st.integers(1, 80))
-    def hole_then_hit(self, data: st.DataObject, every_group: bool, chunk: int) -> None:
-        """Evict one block from the middle of a waiting request's cached run, then admit it at
-        once: its hit search meets a hole with cached blocks after it, in one group (so that
-        group, whichever it is, shortens a hybrid hit) or in every group holding the hash.
-
-        Eviction by pressure takes a run's tail first and a hit touches a prefix of it, so
-        end-to-end a run's cached blocks stay a prefix: holes come only from an eviction by
-        block id (what a connector's failed load does), which is why this rule aims at them:
-        it draws among the holes every waiting request could meet, not among requests."""
-        holes = self._inner_cached_blocks()
-        # Mostly within a few blocks of the run's end: where a window's or a chunk's scan
-        # looks (a hole early in a long run is outside it and changes nothing).
-        late = [hole for hole in holes if hole[1] >= hole[5] - LATE_BLOCKS]
-        if late and data.draw(st.sampled_from((True, True, True, False)), label="late hole"):
-            holes = late
-        if not holes:
-            return
-        request_id, at, block_id, group, hex_hash, _ = data.draw(st.sampled_from(holes),
-                                                                 label="hole")
-        left = self._snapshots()[0]
-        free = set(left.free_queue)
-        chosen = (tuple(sorted(b for b, _, h in left.cached_blocks if h == hex_hash
-                               and b in free)) if every_group else (block_id,))
-        note(f"hole at hash position {at} of {request_id}: evict {list(chosen)} "
-             f"({'every group' if every_group else f'group {group}'})")
-        self.both("evict_blocks", chosen)
-        self.admit(data, chunk, 0, False, False, self.requests[request_id])
-
-    def _inner_cached_blocks(self) -> list[tuple[str, int, int, int, str, int]]:
-        """(request id, hash position, block id, group, hash, the run's last position) of
-        every free cached block of a waiting request's run with a cached block of its group
-        after it."""
-        left = self._snapshots()[0]
-        free = set(left.free_queue)
-        holes = []
-        for request_id in sorted(r for r, m in self.requests.items() if not m.running):
-            position = {h: i for i, h in reversed(list(enumerate(
-                left.block_hashes.get(request_id, []))))}
-            runs: dict[int, list[tuple[int, int, str]]] = {}
-            for block_id, group, hex_hash in left.cached_blocks:
-                if hex_hash in position:
-                    runs.setdefault(group, []).append((position[hex_hash], block_id, hex_hash))
-            for group, run in sorted(runs.items()):
-                last = max(at for at, _, _ in run)
-                holes += [(request_id, at, block_id, group, hex_hash, last)
-                          for at, block_id, hex_hash in sorted(run)
-                          if at < last and block_id in free]
-        return holes
-
-    def _evictable(self) -> list[int]:
-        """The ids of free cached blocks (the only ones eviction may take)."""
-        left = self._snapshots()[0]
-        free = set(left.free_queue)
-        return sorted({block_id for block_id, _, _ in left.cached_blocks if block_id in free})
 
     @rule()
     def reset_prefix_cache(self) -> None:
