@@ -201,8 +201,10 @@ def nightly(session: nox.Session) -> None:
     checks new seeds; the report is reports/campaign/RUN_ID/report.html (`latest`, and
     index.html over every night), new failures are shrunk into reports/campaign/regressions/.
     `GUIDED_SHARE` goes to the guided search (`vtwin guide --strategy guided`, reports/guided/):
-    it resumes from the last night's corpus (reports/guided/latest/guided) and varies what
-    reached new twin or upstream branches. The rest (`KV_SHARE`) runs the KV-cache
+    it searches one focus group a night, in turns (`--families @night`: hybrid layouts,
+    preemption, spec decode, connectors, the request surface), resumes from the last night's
+    corpus (reports/guided/latest/guided) and varies what reached new twin or upstream
+    branches. The rest (`KV_SHARE`) runs the KV-cache
     differential Hypothesis tests in seeded rounds under the nightly profile (reports/nightly/;
     the campaign covers the scheduler's generated space as its `hypothesis` family). Fails if
     any of them found a failure."""
@@ -223,7 +225,8 @@ def nightly(session: nox.Session) -> None:
         failed.append("campaign (reports/campaign/latest/report.html)")
     corpus = os.path.join("reports", "guided", "latest", "guided")
     try:
-        session.run("vtwin", "guide", "--strategy", "guided", "--minutes", str(guided_minutes),
+        session.run("vtwin", "guide", "--strategy", "guided", "--families", "@night",
+                    "--minutes", str(guided_minutes),
                     "--out", os.path.join("reports", "guided"),
                     *(["--corpus", corpus] if os.path.isdir(corpus) else []), env=ORACLE_ENV)
     except CommandFailed:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import date
 from pathlib import Path
 
-from conformance.campaign.families import family_names, parse_families
+from conformance.campaign.families import FOCUS, family_names, focus_of_the_night, parse_families
 from conformance.guided.run import REPORT_ROOT, GuideOptions, run_guide
 from conformance.guided.search import STRATEGIES, Strategy
 from vtwin.errors import UserError
+
+NIGHT = "@night"
+"""The focus group whose turn it is today (`focus_of_the_night`): what the nightly searches."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +35,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "uniform draws of the campaign families. Exit 0: nothing failed.")
     guide.add_argument("--strategy", choices=(*STRATEGIES, "both"), default="both")
     guide.add_argument("--families", default="all", metavar="F,..",
-                       help=f"campaign families (default all: {', '.join(family_names())})")
+                       help="campaign families and @FOCUS groups ("
+                       f"{', '.join('@' + g for g in FOCUS)}; @night: the group whose turn "
+                       f"it is today, as `nox -s nightly` runs it; default all: "
+                       f"{', '.join(family_names())})")
     guide.add_argument("--minutes", type=float, metavar="M", help="time budget per strategy")
     guide.add_argument("--runs", type=int, metavar="N", help="workload runs per strategy")
     guide.add_argument("--left", default="impl", metavar="SPEC",
@@ -64,7 +71,12 @@ def _guide(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} must be positive, not {value}")
     strategies: tuple[Strategy, ...] = (STRATEGIES if args.strategy == "both"
                                          else (args.strategy,))
-    families = tuple(f for f in parse_families(args.families))
+    text = args.families
+    if text.strip() == NIGHT:
+        text = "@" + focus_of_the_night(date.today().toordinal())
+        print(f"vtwin guide: tonight's focus: {text} ({', '.join(parse_families(text))})",
+              file=sys.stderr)
+    families = parse_families(text)
     options = GuideOptions(strategies, families, args.left, args.right, args.seed,
                            args.minutes, args.runs, args.seed_runs, tuple(args.corpus),
                            args.planted, args.stop_on_failure, args.shrink_runs, args.jobs,

@@ -206,6 +206,7 @@ def test_the_report_compares_strategies_after_the_same_time(tmp_path: Path) -> N
 @pytest.mark.parametrize(("args", "message"), [
     (["--minutes", "0"], "--minutes must be positive"),
     (["--runs", "3", "--families", "nope"], "--families: unknown family nope"),
+    (["--runs", "3", "--families", "@nope,spec-decode"], "--families: unknown family @nope"),
     (["--runs", "3", "--planted", "no-such-bug"], "no planted bug named no-such-bug"),
     ([], "needs a budget"),
 ])
@@ -285,3 +286,21 @@ def test_the_state_probe_sees_a_chunk_scheduled_after_a_budget_change() -> None:
     finally:
         probe.uninstall()
     assert StepPlan.schedule is plain
+
+
+def test_focus_groups_name_known_families_and_take_turns_by_night() -> None:
+    """Every family of a focus group exists (a renamed family breaks this, not a nightly);
+    groups expand in place, duplicates once; five nights in a row search every group."""
+    from conformance.campaign.families import (
+        FOCUS,
+        family_names,
+        focus_of_the_night,
+        parse_families,
+    )
+
+    known = set(family_names())
+    assert all(set(families) <= known for families in FOCUS.values())
+    assert parse_families("spec-decode,@spec-decode") == ("spec-decode", "structured-output",
+                                                          "hypothesis")
+    nights = {focus_of_the_night(739_000 + night) for night in range(len(FOCUS))}
+    assert nights == set(FOCUS)
