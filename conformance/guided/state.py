@@ -14,9 +14,9 @@ nothing in `impl/` knows about it) and adds a feature for each such state a run 
   again);
 - ``("state", "sched:scheduled-after-<event>", bound, 0)``: within one step, a request was
   scheduled after a running request scheduled earlier in the step was preempted
-  (``taken-back``: its tokens go back to the budget) or after a decode was padded to the
-  uniform spec-decode width (``padding``: the padded slots count); ``bound`` is 1 when the
-  budget left cut that request's chunk. Those are the states where a budget given back wrongly
+  (``taken-back``: its tokens go back to the budget) or after an admitted decode was padded to
+  the uniform spec-decode width (``padding``: the padded slots count); ``bound`` is 1 when
+  the budget left cut that request's chunk. Those are the states where a budget given back wrongly
   shows: arcs see each event, not one followed by a chunk the budget cut.
 
 Installed once per process (`install`; `uninstall` puts the methods back), on the pure-Python
@@ -45,6 +45,10 @@ class StateProbe:
     """(owner, attribute, what it held) for each wrapped method, for `uninstall`."""
     victim_plan: object | None = None
     """The last step plan that took a preempted request's tokens back."""
+    padded_plan: object | None = None
+    """The last step plan that admitted a decode padded to the uniform spec-decode width."""
+    padding: bool = False
+    """The admission under way was just padded (its own `schedule` call comes next)."""
 
     def take(self) -> frozenset[Feature]:
         """The features since the last call."""
@@ -66,11 +70,14 @@ class StateProbe:
         search = "find_hybrid_hit"  # the coordinator's own reference to the hybrid search
         self.originals.append((coordinator, search, getattr(coordinator, search)))
         setattr(coordinator, search, self._hybrid(getattr(coordinator, search)))
+        from impl.sched.admission_rules import AdmissionRules
         from impl.sched.step_plan import StepPlan
 
-        for name, wrap in (("take_back", self._take_back), ("schedule", self._schedule)):
-            self.originals.append((StepPlan, name, getattr(StepPlan, name)))
-            setattr(StepPlan, name, wrap(getattr(StepPlan, name)))
+        for owner, name, wrap in ((StepPlan, "take_back", self._take_back),
+                                  (StepPlan, "schedule", self._schedule),
+                                  (AdmissionRules, "_uniform_decode_padding", self._padding)):
+            self.originals.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, wrap(getattr(owner, name)))
         self.installed = True
 
     def uninstall(self) -> None:
@@ -104,15 +111,22 @@ class StateProbe:
             return take_back(plan, request)
         return watched
 
-    def _schedule(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
-        from impl.sched.output import PLACEHOLDER_DRAFT
+    def _padding(self, padding: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(scheduler: Any, num_computed: int, num_new: int) -> int:
+            pad: int = padding(scheduler, num_computed, num_new)
+            self.padding = pad > 0
+            return pad
+        return watched
 
+    def _schedule(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
         def watched(plan: Any, request: Any, num_new: int, blocks: Any) -> Any:
             bound = int(num_new >= plan.token_budget)
             if plan is self.victim_plan:
                 self.features.add((STATE, "sched:scheduled-after-taken-back", bound, 0))
-            if any(PLACEHOLDER_DRAFT in drafts for drafts in plan.spec_tokens.values()):
+            if plan is self.padded_plan:
                 self.features.add((STATE, "sched:scheduled-after-padding", bound, 0))
+            if self.padding:  # this is the padded admission itself
+                self.padded_plan, self.padding = plan, False
             return schedule(plan, request, num_new, blocks)
         return watched
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,10 +257,12 @@ def test_the_state_probe_sees_a_hole_inside_a_cached_run() -> None:
 
 def test_the_state_probe_sees_a_chunk_scheduled_after_a_budget_change() -> None:
     """Within one plan: a request scheduled after a scheduled one was preempted (its tokens
-    taken back), and after a decode padded with placeholder drafts; bucket 1 when the budget
-    left cut the later chunk. A fresh plan carries neither."""
+    taken back), and after an admitted decode was padded to the uniform spec-decode width;
+    bucket 1 when the budget left cut the later chunk. Placeholder drafts alone (async
+    scheduling) are not padding."""
     from types import SimpleNamespace
 
+    from impl.sched.admission_rules import AdmissionRules
     from impl.sched.output import PLACEHOLDER_DRAFT
     from impl.sched.step_plan import StepPlan
 
@@ -269,20 +272,27 @@ def test_the_state_probe_sees_a_chunk_scheduled_after_a_budget_change() -> None:
     probe = StateProbe()
     probe.install()
     try:
-        victim, later = (SimpleNamespace(request_id=r, get_num_encoder_embeds=len)
-                         for r in ("victim", "later"))
+        victim: Any = SimpleNamespace(request_id="victim", get_num_encoder_embeds=len)
+        later: Any = SimpleNamespace(request_id="later", get_num_encoder_embeds=len)
+        no_blocks: Any = None
         plan = StepPlan(token_budget=10)
-        plan.schedule(victim, 6, None)
+        plan.schedule(victim, 6, no_blocks)
         plan.scheduled_running.append(victim)
         assert probe.take() == frozenset()
         plan.take_back(victim)
-        plan.schedule(later, 4, None)  # 10 left: not cut
+        plan.schedule(later, 4, no_blocks)  # 10 left: not cut
         assert probe.take() == {("state", "sched:scheduled-after-taken-back", 0, 0)}
         padded = StepPlan(token_budget=8)
-        padded.schedule(victim, 3, None)
+        rules: Any = SimpleNamespace(num_spec_tokens=2, max_model_len=64)
+        assert AdmissionRules._uniform_decode_padding(rules, 10, 1) == 2
+        padded.schedule(victim, 3, no_blocks)  # the padded decode itself
         padded.spec_tokens["victim"] = [PLACEHOLDER_DRAFT] * 2
-        padded.schedule(later, 5, None)  # exactly what was left: cut by the budget
+        padded.schedule(later, 5, no_blocks)  # exactly what was left: cut by the budget
         assert probe.take() == {("state", "sched:scheduled-after-padding", 1, 0)}
+        async_drafts = StepPlan(token_budget=8)  # placeholders without padding: no state
+        async_drafts.spec_tokens["victim"] = [PLACEHOLDER_DRAFT] * 2
+        async_drafts.schedule(later, 5, no_blocks)
+        assert probe.take() == frozenset()
     finally:
         probe.uninstall()
     assert StepPlan.schedule is plain
