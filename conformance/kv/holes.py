@@ -11,6 +11,7 @@ again (a later type cut the hit) goes wrong.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import note
@@ -25,6 +26,22 @@ LATE_BLOCKS = 4
 in 16-token blocks)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Hole:
+    """A free cached block of a waiting request's run with a cached block of its group after
+    it: evicting it leaves a hole the request's hit search meets."""
+
+    request_id: str
+    position: int  # in the request's hash blocks
+    block_id: int
+    group: int
+    block_hash: str  # hex
+    run_end: int  # the run's last cached position in this group
+
+    @property
+    def late(self) -> bool:
+        """Within `LATE_BLOCKS` of the run's end, where windows and chunks scan."""
+        return self.position >= self.run_end - LATE_BLOCKS
 
 
 class HoleRules:
@@ -72,29 +89,27 @@ class HoleRules:
         holes = self._inner_cached_blocks()
         # Mostly within a few blocks of the run's end: where a window's or a chunk's scan
         # looks (a hole early in a long run is outside it and changes nothing).
-        late = [hole for hole in holes if hole[1] >= hole[5] - LATE_BLOCKS]
+        late = [hole for hole in holes if hole.late]
         if late and data.draw(st.sampled_from((True, True, True, False)), label="late hole"):
             holes = late
         if not holes:
             return
-        request_id, at, block_id, group, hex_hash, _ = data.draw(st.sampled_from(holes),
-                                                                 label="hole")
+        hole = data.draw(st.sampled_from(holes), label="hole")
         left = self._snapshots()[0]
         free = set(left.free_queue)
-        chosen = (tuple(sorted(b for b, _, h in left.cached_blocks if h == hex_hash
-                               and b in free)) if every_group else (block_id,))
-        note(f"hole at hash position {at} of {request_id}: evict {list(chosen)} "
-             f"({'every group' if every_group else f'group {group}'})")
+        chosen = (tuple(sorted(b for b, _, h in left.cached_blocks
+                               if h == hole.block_hash and b in free))
+                  if every_group else (hole.block_id,))
+        note(f"hole at hash position {hole.position} of {hole.request_id}: evict "
+             f"{list(chosen)} ({'every group' if every_group else f'group {hole.group}'})")
         self.both("evict_blocks", chosen)
-        self.admit(data, chunk, 0, False, False, self.requests[request_id])
+        self.admit(data, chunk, 0, False, False, self.requests[hole.request_id])
 
-    def _inner_cached_blocks(self) -> list[tuple[str, int, int, int, str, int]]:
-        """(request id, hash position, block id, group, hash, the run's last position) of
-        every free cached block of a waiting request's run with a cached block of its group
-        after it."""
+    def _inner_cached_blocks(self) -> list[Hole]:
+        """Every hole a waiting request could meet, in a stable order."""
         left = self._snapshots()[0]
         free = set(left.free_queue)
-        holes = []
+        holes: list[Hole] = []
         for request_id in sorted(r for r, m in self.requests.items() if not m.running):
             position = {h: i for i, h in reversed(list(enumerate(
                 left.block_hashes.get(request_id, []))))}
@@ -104,7 +119,7 @@ class HoleRules:
                     runs.setdefault(group, []).append((position[hex_hash], block_id, hex_hash))
             for group, run in sorted(runs.items()):
                 last = max(at for at, _, _ in run)
-                holes += [(request_id, at, block_id, group, hex_hash, last)
+                holes += [Hole(request_id, at, block_id, group, hex_hash, last)
                           for at, block_id, hex_hash in sorted(run)
                           if at < last and block_id in free]
         return holes

@@ -80,12 +80,12 @@ def test_the_hole_rule_evicts_inside_a_cached_run_and_the_hit_stops_at_the_hole(
     machine.admit(_Choose(), 112, 0, False, False)
     machine.finish(_Choose(), True)
     holes = machine._inner_cached_blocks()
-    assert sorted({(group, at) for _, at, _, group, _, _ in holes}) == [
+    assert sorted({(hole.group, hole.position) for hole in holes}) == [
         (group, at) for group in (0, 1) for at in range(6)]
-    machine.hole_then_hit(_Choose(hole=lambda h: h[3] == 1 and h[1] == 4), False, 16)
+    machine.hole_then_hit(_Choose(hole=lambda h: h.group == 1 and h.position == 4), False, 16)
     (request,) = machine.requests.values()
     assert request.running and request.num_computed == 64 + 16
     full, local = machine.left.snapshot().tables[request.request_id]
     assert len(full) == len(local) == 5 and local[:4] == (0, 0, 0, 0)  # null before the window
-    run = {at: block for _, at, block, group, _, _ in holes if group == 1}
+    run = {hole.position: hole.block_id for hole in holes if hole.group == 1}
     assert local[4] not in (run[4], run[5])  # computed again, in a new block
