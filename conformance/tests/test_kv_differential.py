@@ -44,6 +44,17 @@ def computed(request_id: str, num_tokens: int) -> list[Op]:
             ("set_num_computed_tokens", (request_id, num_tokens))]
 
 
+def computed_then_preempted(request_id: str, prompt: list[int]) -> list[Op]:
+    """A request that computes its whole prompt in one chunk and is preempted: its blocks are
+    free and cached, and it waits to be admitted again."""
+    return [("add_request", (request_id, prompt, None, None)),
+            ("get_computed_blocks", (request_id,)),
+            ("allocate_slots", (request_id, len(prompt), 0, True)),
+            ("set_num_computed_tokens", (request_id, len(prompt))),
+            ("free", (request_id, True)),
+            ("set_num_computed_tokens", (request_id, 0))]
+
+
 def test_mamba_hit_on_a_hash_cached_this_step_by_another_request_is_refused() -> None:
     """Nightly, full_mamba: r0 computes an 80-token prompt (step 1). In step 2, r2 hits 64
     tokens and computes block 4 again, caching a second block under its hash; r1 (81 tokens)
@@ -72,14 +83,8 @@ def test_a_hole_in_the_last_type_searched_sends_the_window_round_again() -> None
     full attention and the window a 96-token hit; chunked local, searched last, cuts it to 64.
     The window must then be searched again at 64 (its blocks 9-11), not keep what it found at
     96 cut to 4 blocks (only block 11 of those): upstream agrees."""
-    prompt = [3000 + i for i in range(112)]
     hit = replay("full_window_chunked", [
-        ("add_request", ("r0", prompt, None, None)),
-        ("get_computed_blocks", ("r0",)),
-        ("allocate_slots", ("r0", 112, 0, True)),
-        ("set_num_computed_tokens", ("r0", 112)),
-        ("free", ("r0", True)),
-        ("set_num_computed_tokens", ("r0", 0)),
+        *computed_then_preempted("r0", [3000 + i for i in range(112)]),
         ("evict_blocks", ((19,),)),
         ("get_computed_blocks", ("r0",)),
     ])
@@ -91,14 +96,8 @@ def test_a_chunked_local_scan_stops_at_a_hole_in_its_window() -> None:
     8-14) and is preempted; evicting chunked-local block 12 (position 4, the first of the last
     chunk's window) leaves 13 and 14 cached behind the hole. The scan must stop at the hole:
     a 64-token hit, all null in the chunked group, not block 13 taken at position 4."""
-    prompt = [3000 + i for i in range(112)]
     hit = replay("full_chunked_local", [
-        ("add_request", ("r0", prompt, None, None)),
-        ("get_computed_blocks", ("r0",)),
-        ("allocate_slots", ("r0", 112, 0, True)),
-        ("set_num_computed_tokens", ("r0", 112)),
-        ("free", ("r0", True)),
-        ("set_num_computed_tokens", ("r0", 0)),
+        *computed_then_preempted("r0", [3000 + i for i in range(112)]),
         ("evict_blocks", ((12,),)),
         ("get_computed_blocks", ("r0",)),
     ])
