@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workloads.closed_loop import connector_config, continuum_config
+from workloads.context_parallel import check_context_parallel
 from workloads.eagle import eagle_lookahead
 from workloads.encoder_decoder import check_encoder_decoder_config
 from workloads.errors import WorkloadError
@@ -43,6 +44,19 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             raise fail("prefix_cache_retention_interval", "an interval needs a sliding-window "
                        "or mamba group (it sparsifies only their caches; upstream refuses it "
                        "otherwise); use 0 or null")
+    offloading = next((c for c in (model.kv_connector, *getattr(model.kv_connector,
+                                                                "connectors", ()))
+                       if c is not None and c.type == "offloading"), None)
+    if (offloading is not None and retention
+            and any(g.type == "sliding_window" for g in model.kv_cache_groups)):
+        chunk = offloading.offloaded_block_size or model.block_size
+        if retention % chunk:
+            raise fail("prefix_cache_retention_interval", f"must be a multiple of the "
+                       f"OffloadingConnector's chunk of {chunk} tokens beside a sliding window "
+                       f"(upstream's connector refuses it; got {retention})")
+    if model.per_request_spec_decode_metrics != "none" and not model.num_spec_tokens:
+        raise fail("per_request_spec_decode_metrics", "needs num_spec_tokens > 0 (upstream "
+                   "refuses per-request spec-decode metrics without speculative decoding)")
     if model.data_parallel and model.prefill_schedule_interval < 2:
         raise fail("data_parallel", "needs prefill_schedule_interval > 1 (the cadence the "
                    "data-parallel engine core throttles prefill to)")
@@ -63,14 +77,16 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
             "max_num_batched_tokens",
             f"must be >= max_model_len {model.max_model_len} when chunked prefill is off",
         )
-    needed = -(-model.max_model_len // model.block_size)
+    check_context_parallel(model, fail)
+    scheduler_block = model.block_size * model.decode_context_parallel_size
+    needed = -(-model.max_model_len // scheduler_block)
     # A reference window keeps the whole prompt: as full attention, one request can need it all.
     has_full = any(g.type in ("full", "reference_window") for g in model.kv_cache_groups)
     if has_full and model.num_blocks - 1 < needed:
         raise fail(
             "num_blocks",
             f"{model.num_blocks - 1} usable blocks cannot hold one request of max_model_len "
-            f"{model.max_model_len} ({needed} blocks of {model.block_size})",
+            f"{model.max_model_len} ({needed} blocks of {scheduler_block})",
         )
     if "nixl" in _connector_types(model):
         for index, g in enumerate(model.kv_cache_groups):
@@ -122,6 +138,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         log_iteration_details=model.log_iteration_details,
         per_request_spec_decode_metrics=model.per_request_spec_decode_metrics,
         spec_method=model.spec_method,
+        decode_context_parallel_size=model.decode_context_parallel_size,
     )
 
 

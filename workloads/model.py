@@ -213,6 +213,9 @@ class EngineConfig:
     `spec_method` "eagle": the drafter is an EAGLE head (it writes the KV of the token after
     each chunk, so prefix hits give up their last block; `num_lookahead_tokens` is then
     `num_spec_tokens`); "ngram" (the default) drafts by prompt lookup.
+    `decode_context_parallel_size` N > 1 (DCP) shards each sequence's KV over N ranks by token
+    position, so one scheduler block of an attention group spans `block_size` x N tokens
+    (`impl.core.context_parallel`).
     """
 
     model: str | None = None  # a model description the groups were planned from
@@ -247,14 +250,21 @@ class EngineConfig:
     # Upstream's per_request_spec_decode_metrics: none | summary | detailed.
     per_request_spec_decode_metrics: SpecMetricsLevel = "none"
     spec_method: SpecMethod = "ngram"
+    decode_context_parallel_size: int = 1
 
     @property
     def usable_blocks(self) -> int:
         return self.num_blocks - 1
 
     @property
+    def scheduler_block_size(self) -> int:
+        """Tokens per scheduler block: the block size, times the DCP world size (the workload
+        checks allow DCP only beside groups it shards, so every group scales alike)."""
+        return self.block_size * self.decode_context_parallel_size
+
+    @property
     def effective_hash_block_size(self) -> int:
-        return self.block_size if self.hash_block_size is None else self.hash_block_size
+        return self.scheduler_block_size if self.hash_block_size is None else self.hash_block_size
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -298,6 +308,8 @@ class EngineConfig:
                if self.prefix_cache_retention_interval is not None else {}),
             **({"long_prefill_token_threshold_adaptive": True}
                if self.long_prefill_token_threshold_adaptive else {}),
+            **({"decode_context_parallel_size": self.decode_context_parallel_size}
+               if self.decode_context_parallel_size != 1 else {}),
         }
 
 

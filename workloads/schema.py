@@ -185,6 +185,7 @@ class EngineConfigModel(_Strict):
     log_iteration_details: bool = False
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = "none"
     spec_method: Literal["ngram", "eagle"] = "ngram"
+    decode_context_parallel_size: PosInt = 1
 
 
 class HeaderModel(_Strict):

@@ -52,6 +52,8 @@ class KVFamily:
     retention_interval: int | None = None
     # An EAGLE drafter under vLLM 0.32's rule: every group's hit gives up its last block.
     use_eagle: bool = False
+    # Decode context parallelism: full-attention blocks span this many ranks' tokens.
+    dcp_world_size: int = 1
 
     @property
     def has_cross_attention(self) -> bool:
@@ -59,16 +61,20 @@ class KVFamily:
         return any(g.kind == "cross_attention" for g in self.groups)
 
     @property
+    def scheduler_block_sizes(self) -> tuple[int, ...]:
+        """Each group's block as the scheduler counts it (DCP scales full attention's)."""
+        return tuple(g.block_size * (self.dcp_world_size if g.kind == "full" else 1)
+                     for g in self.groups)
+
+    @property
     def scheduler_block_size(self) -> int:
-        return math.lcm(*(g.block_size for g in self.groups))
+        return math.lcm(*self.scheduler_block_sizes)
 
     @property
     def effective_hash_block_size(self) -> int:
         if self.hash_block_size is not None:
             return self.hash_block_size
-        if len(self.groups) == 1:
-            return self.groups[0].block_size
-        return math.gcd(*(g.block_size for g in self.groups))
+        return math.gcd(*self.scheduler_block_sizes)
 
 
 FAMILIES: tuple[KVFamily, ...] = (
@@ -169,6 +175,12 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("eagle_window_retention64",
              (GroupShape("full", 16), GroupShape("sliding_window", 16, 48)), num_blocks=40,
              use_eagle=True, retention_interval=64),
+    # Decode context parallelism: the scheduler's blocks span 2 (4) ranks' 16-token blocks,
+    # hashes at that size; with EAGLE, the dropped block is the scaled one.
+    KVFamily("full_dcp2", (GroupShape("full", 16),), num_blocks=24, dcp_world_size=2),
+    KVFamily("full_dcp4", (GroupShape("full", 16),), num_blocks=16, dcp_world_size=4),
+    KVFamily("eagle_full_dcp2", (GroupShape("full", 16),), num_blocks=24, use_eagle=True,
+             dcp_world_size=2),
     KVFamily("eagle_window_alignment",
              (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
              use_eagle=True),

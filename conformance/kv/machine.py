@@ -60,7 +60,7 @@ class KVLockstepMachine(HoleRules, RuleBasedStateMachine):
         self.right: KVSystem = self.make_right(none_hash)
         self.requests: dict[str, ModelRequest] = {}
         self.next_id = 0
-        self.prefixes = shared_prefixes(self.family.groups[0].block_size)
+        self.prefixes = shared_prefixes(self.family.scheduler_block_sizes[0])
         self.finished_tokens: list[list[int]] = []  # the last few finished requests' tokens
         self._version = 0
         self._snapshot_version = -1

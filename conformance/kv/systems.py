@@ -63,19 +63,22 @@ def _ids(per_group: Any) -> BlockIds:
 class ImplKV:
     def __init__(self, family: KVFamily, none_hash: bytes, name: str = "impl") -> None:
         self.name = name
+        from impl.core.context_parallel import dcp_scheduler_view
         from impl.core.kv_cache_manager import KVCacheManager
         from impl.core.request_hasher import RequestBlockHasher
         from impl.core.specs import KVCacheConfig, KVCacheGroupSpec
 
         groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(g))
                        for i, g in enumerate(family.groups))
+        config = KVCacheConfig(family.num_blocks, groups,
+                               prefix_cache_retention_interval=family.retention_interval)
         self.manager = KVCacheManager(
-            KVCacheConfig(family.num_blocks, groups,
-                          prefix_cache_retention_interval=family.retention_interval),
+            dcp_scheduler_view(config, family.dcp_world_size),
             family.max_model_len,
             hash_block_size=family.effective_hash_block_size,
             enable_caching=family.enable_caching, log_stats=True,
             enable_kv_cache_events=False, use_eagle=family.use_eagle,
+            dcp_world_size=family.dcp_world_size,
         )
         self.hasher = RequestBlockHasher(family.effective_hash_block_size, family.hash_algo,
                                          none_hash)

@@ -30,6 +30,7 @@ class UpstreamKV:
             scheduler_block_size=family.scheduler_block_size,
             hash_block_size=family.effective_hash_block_size,
             enable_caching=family.enable_caching, log_stats=True, use_eagle=family.use_eagle,
+            dcp_world_size=family.dcp_world_size,
         )
         self.block_hasher = kv_cache_utils.get_request_block_hasher(
             family.effective_hash_block_size, hash_fn)

@@ -50,6 +50,9 @@ class ImplSchedulerAdapter:
 
         sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
         spec = vllm_config.speculative_config
+        # The engine core hands over the scheduler's block (DCP's share of every rank
+        # included); the twin takes the per-rank block and the DCP size.
+        dcp = vllm_config.parallel_config.decode_context_parallel_size
         config = SchedulerConfig(
             max_num_seqs=sched.max_num_seqs, max_num_batched_tokens=sched.max_num_batched_tokens,
             max_model_len=vllm_config.model_config.max_model_len,
@@ -57,8 +60,8 @@ class ImplSchedulerAdapter:
             enable_chunked_prefill=sched.enable_chunked_prefill, policy=sched.policy,
             num_spec_tokens=spec.num_speculative_tokens if spec is not None else 0,
             enable_prefix_caching=bool(cache.enable_prefix_caching),
-            hash_algo=cache.prefix_caching_hash_algo, block_size=block_size,
-            hash_block_size=hash_block_size)
+            hash_algo=cache.prefix_caching_hash_algo, block_size=block_size // dcp,
+            hash_block_size=hash_block_size, decode_context_parallel_size=dcp)
         none_hash = make_none_hash(config.hash_algo, os.environ.get("PYTHONHASHSEED"))
         self.impl = Scheduler(config, impl_kv_cache_config(kv_cache_config), none_hash=none_hash,
                               log_stats=log_stats)

@@ -55,6 +55,9 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
     "reused-events-partial-block": UpstreamCheck(
         ("cached_hashes.append(maybe_convert_block_hash(block_hashes[i]))",),
         raises="IndexError"),
+    # Under DCP, a request reporting its KV events in full mode that hits: the reused-block
+    # events view the scheduler-block hashes at the per-rank block size.
+    "dcp-reused-block-events": UpstreamCheck(("assert block_size % hash_block_size == 0",)),
 }
 """Check name -> how upstream stops on it."""
 

@@ -153,7 +153,7 @@ class LivenessMonitor:
         base = f"waiting request {head} not admitted for {self.idle_steps} steps"
         if spec is None:
             return base
-        need = -(-spec.prompt_len // config.block_size) * len(config.kv_cache_groups)
+        need = -(-spec.prompt_len // config.scheduler_block_size) * len(config.kv_cache_groups)
         if need > config.usable_blocks:
             return (f"{base}: its prompt needs about {need} blocks, more than the pool's "
                     f"{config.usable_blocks} usable blocks (it can never fit)")

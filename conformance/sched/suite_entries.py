@@ -129,6 +129,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "tokens): every prefix hit gives up its last block",
                _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
                         num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("dcp-multi-turn", "multi-turn conversations under decode context parallelism "
+               "(2 ranks): blocks and hashes span 32 tokens",
+               _variant("multi-turn", "dcp-multi-turn", "DCP 2",
+                        decode_context_parallel_size=2)),
+    SuiteEntry("dcp-eagle-preemption-storm", "preemption storms under DCP (4 ranks: 64-token "
+               "blocks, 9 of them) with an EAGLE drafter (2 tokens)",
+               _variant("preemption-storm", "dcp-eagle-preemption-storm", "DCP 4, EAGLE 2",
+                        decode_context_parallel_size=4, num_blocks=10, num_spec_tokens=2,
+                        num_lookahead_tokens=2, spec_method="eagle")),
     SuiteEntry("eagle-multimodal", "multimodal items with an EAGLE drafter (2 tokens): items "
                "chosen for the chunk plus the token the drafter reads past it, cuts before an "
                "item the encoder cannot take (0.32 keeps the drafter's token off it too)",

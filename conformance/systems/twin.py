@@ -92,6 +92,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         num_sampled_tokens_per_step=0 if config.runner == "pooling" else 1,
         log_iteration_details=config.log_iteration_details,
         per_request_spec_decode_metrics=config.per_request_spec_decode_metrics,
+        decode_context_parallel_size=config.decode_context_parallel_size,
     )
     groups = tuple(KVCacheGroupSpec((f"layer{i}",), impl_spec(group_shape(config, g)))
                    for i, g in enumerate(config.kv_cache_groups))

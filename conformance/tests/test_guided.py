@@ -240,14 +240,14 @@ def test_the_state_probe_sees_a_hole_inside_a_cached_run() -> None:
         blocks = pool.get_new_blocks(8)
         hashes = [bytes([n]) * 4 for n in range(8)]
         for index in (4, 6):
-            pool.cache_partial_block(blocks[index], hashes[index], 0)
+            pool.cache_partial_block(blocks[index], hashes[index], 0, 4 * index + 2)
         _, length = ChunkedLocalAttentionManager.find_longest_cache_hit(
             hashes, 31, [0], pool, spec, 4)
         assert length == 20  # null blocks 0-3, then block 4
         name = "ChunkedLocalAttentionManager"
         assert probe.take() == {("state", f"{name}:miss-before-window-end", 0, 0),
                                 ("state", f"{name}:hole", 0, 0)}
-        pool.cache_partial_block(blocks[5], hashes[5], 0)
+        pool.cache_partial_block(blocks[5], hashes[5], 0, 22)
         ChunkedLocalAttentionManager.find_longest_cache_hit(hashes, 31, [0], pool, spec, 4)
         assert probe.take() == frozenset()
     finally:

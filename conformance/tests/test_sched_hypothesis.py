@@ -55,6 +55,16 @@ def test_generated_workloads_match_upstream_exactly(pair: Pair, workload: Worklo
     _assert_exact(workload, result)
 
 
+@given(workloads(dcp=True))
+def test_generated_dcp_workloads_match_upstream_exactly(pair: Pair, workload: Workload) -> None:
+    """Decode context parallelism: every block spans 2 or 4 ranks' tokens."""
+    result = run_lockstep(workload, pair.twin, pair.reference)
+    note(dumps(workload))
+    target(float(result.activity.preemptions), label="preemptions")
+    target(float(min(result.activity.prefix_hit_tokens, 512)), label="prefix hits")
+    _assert_exact(workload, result)
+
+
 @given(workloads(sub_block=True))
 def test_generated_sub_block_workloads_match_upstream_exactly(pair: Pair,
                                                               workload: Workload) -> None:
@@ -210,6 +220,8 @@ def _assert_exact(workload: Workload, result: LockstepResult) -> None:
         except UserError as err:
             note(f"no regression file: {err}")
     assert result.error is None, f"{result.error}\n{result.error_detail}"
+    # One side refusing a config the other runs compares nothing: a finding, not a pass.
+    assert result.unbuilt is None, result.unbuilt
     assert divergence is None, (
         f"{divergence.summary()}; requests {', '.join(divergence.requests)}; "
         f"level reached: {result.level_reached or 'none'}")

@@ -245,3 +245,13 @@ def test_full_report_events_of_a_hit_inside_the_last_partial_block_crash_upstrea
     this test fails the day upstream stops crashing, or the twin stops reproducing it."""
     _both_stop_alike("reused-events-partial-block", 1, "reused-events-partial-block",
                      "IndexError")
+
+
+def test_full_report_events_of_a_hit_under_dcp_crash_upstream() -> None:
+    """Found by the DCP Hypothesis family: under decode context parallelism the scheduler's
+    block hashes span every rank's share (32 tokens here), and upstream emits a full-report
+    request's reused-block events at the group's per-rank block size (16), so the view of the
+    hashes fails `assert block_size % hash_block_size == 0` on the first reported hit (0.32.0
+    and 0.33.0). The twin stops alike (`impl.core.context_parallel`); this test fails the day
+    upstream stops crashing, or the twin stops reproducing it."""
+    _both_stop_alike("dcp-reused-block-events", 6, "dcp-reused-block-events", "AssertionError")

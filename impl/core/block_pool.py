@@ -78,6 +78,10 @@ class BlockPool:
         # `track_changes`). Appended once per call, never per block, on the hot paths.
         self.changed: list[KVCacheBlock] | None = None
         self.tracker: BlockStateTracker | None = None
+        # Blocks whose primary key is a sub-block boundary's: block id -> (that key, the
+        # prefix length it covers). Read only while the block still has that key, so entries
+        # left behind by an eviction or a promotion need no clean-up.
+        self._partial_primary: dict[int, tuple[BlockHash, int]] = {}
 
     def track_changes(self, full_walk_every: int | None = None) -> BlockStateTracker:
         """Keep every block's state as the pool changes (`impl.core.block_states`): counts,
@@ -189,25 +193,33 @@ class BlockPool:
             )
 
     def cache_partial_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int,
-                            *, parent_hash: BlockHash | None = None,
+                            num_tokens: int, *, parent_hash: BlockHash | None = None,
                             token_ids: Sequence[int] = (), lora_name: str | None = None) -> None:
-        """Make `block` findable under the hash of a boundary inside it.
+        """Make `block` findable under the hash of a boundary inside it, `num_tokens` into the
+        sequence.
 
         The entry belongs to the block: evicting or resetting the block drops it too. A block
         with no hash yet takes it as its primary hash; a block already cached (a full block)
-        keeps its own and carries this one in `extra_hashes`. For events, `parent_hash` is the
-        hash of the hash block before the boundary's and `token_ids` the tokens of the
-        boundary's hash block.
+        keeps its own and carries this one in `extra_hashes`. A block whose primary key is a
+        shorter boundary's (a streaming session's prompt grew inside the block) drops every
+        key it has first (a removal event each, as upstream does) and takes the new one as
+        its primary. For events, `parent_hash` is the hash of the hash block before the
+        boundary's and `token_ids` the tokens of the boundary's hash block.
         """
         if block.is_null or block_hash == block.block_hash or (
                 block.extra_hashes is not None and block_hash in block.extra_hashes):
             return  # already findable under this hash
+        primary = self._partial_primary.get(block.block_id)
+        if (primary is not None and block.block_hash == primary[0]
+                and primary[1] < num_tokens):
+            self._maybe_evict_cached_block(block)  # a shorter boundary's keys give way
         hash_map = self.hash_map(group_id)
         if self.changed is not None:
             self.changed.append(block)
         if block.block_hash is None:
             block.block_hash = block_hash
             block.hash_group_id = group_id
+            self._partial_primary[block.block_id] = (block_hash, num_tokens)
         else:
             if block.extra_hashes is None:
                 block.extra_hashes = []
@@ -233,6 +245,9 @@ class BlockPool:
         extra_hashes = source.extra_hashes
         hash_map = self.hash_map(group_id)
         source.reset_hash()
+        primary = self._partial_primary.get(source.block_id)
+        if primary is not None and primary[0] == block_hash:
+            self._partial_primary[target.block_id] = primary
         target.block_hash = block_hash
         target.hash_group_id = group_id
         target.extra_hashes = None if extra_hashes is None else list(extra_hashes)

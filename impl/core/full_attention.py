@@ -48,7 +48,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         num_hash_blocks = boundary // hbs
         self.block_pool.cache_partial_block(
             blocks[index], request.block_hashes[num_hash_blocks - 1], self.kv_cache_group_id,
-            parent_hash=request.block_hashes[num_hash_blocks - 2] if num_hash_blocks > 1
+            boundary, parent_hash=request.block_hashes[num_hash_blocks - 2] if num_hash_blocks > 1
             else None,
             token_ids=request.prompt_token_ids[boundary - hbs:boundary],  # inside the prompt
             lora_name=request.lora_name,

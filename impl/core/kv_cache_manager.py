@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
+from impl.core.context_parallel import check_reused_block_events
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
@@ -80,10 +81,13 @@ class KVCacheManager:
         enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
         use_eagle: bool = False,
+        dcp_world_size: int = 1,
     ) -> None:
         """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
         batch's budget, two under async scheduling); sizes the admission cap of block-recycling
-        groups. None: `max_model_len`, which makes the cap the whole sequence."""
+        groups. None: `max_model_len`, which makes the cap the whole sequence.
+        `dcp_world_size`: DCP's ranks, for `kv_cache_config` already in the scheduler's view
+        (`impl.core.context_parallel`)."""
         if max_model_len < 1:
             raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
         if not kv_cache_config.kv_cache_groups:
@@ -92,6 +96,7 @@ class KVCacheManager:
         if hash_block_size is None:
             hash_block_size = min(kv_cache_config.block_sizes)
         self.max_model_len = max_model_len
+        self.dcp_world_size = dcp_world_size
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
@@ -141,6 +146,7 @@ class KVCacheManager:
                 and self.block_pool.enable_kv_cache_events):
             # A gateway following the events learns which blocks this request reuses: on
             # every lookup that hits, whether or not the request is then admitted.
+            check_reused_block_events(request.request_id, self.dcp_world_size)
             self.coordinator.emit_reused_block_events(request, hits)
         request.shared_prefix_boundary = junction
         return KVCacheBlocks(hits), num_hit_tokens

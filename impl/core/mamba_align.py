@@ -176,7 +176,7 @@ class MambaAlignManager(MambaManager):
                 self.cached_this_step.add(tail_hash)
             return
         self.block_pool.cache_partial_block(
-            source, tail_hash, self.kv_cache_group_id,
+            source, tail_hash, self.kv_cache_group_id, num_tokens,
             parent_hash=request.block_hashes[num_tokens // hbs - 2] if num_tokens > hbs
             else None,
             token_ids=request.prompt_token_ids[num_tokens - hbs:num_tokens],

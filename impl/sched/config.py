@@ -71,10 +71,13 @@ class SchedulerConfig:
     # Per-request speculative-decoding metrics on each finished request's output (upstream's
     # per_request_spec_decode_metrics): none | summary | detailed (per-step counts too).
     per_request_spec_decode_metrics: str = "none"
+    # Decode context parallelism: attention KV sharded over this many ranks by position, so a
+    # full-attention block spans block_size x N tokens (`impl.core.context_parallel`).
+    decode_context_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-                     "prefill_schedule_interval"):
+                     "prefill_schedule_interval", "decode_context_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1 (got {getattr(self, name)})")
         for name in ("long_prefill_token_threshold", "num_spec_tokens", "num_lookahead_tokens",
@@ -88,6 +91,12 @@ class SchedulerConfig:
             raise ValueError(f"spec_method: must be 'ngram' or 'eagle' (got {self.spec_method!r})")
         if self.policy == "continuum" and self.async_scheduling:
             raise ValueError("policy: 'continuum' is not implemented with async scheduling")
+        if self.per_request_spec_decode_metrics != "none" and not self.num_spec_tokens:
+            raise ValueError("per_request_spec_decode_metrics: needs speculative decoding "
+                             "(num_spec_tokens > 0), as upstream requires")
+        if self.decode_context_parallel_size > 1 and self.kv_connector is not None:
+            raise ValueError("decode_context_parallel_size: a KV connector with DCP is not "
+                             "implemented by the twin")
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -120,8 +129,13 @@ class SchedulerConfig:
         return self.use_eagle and self.num_hash_lookahead_tokens == 0
 
     @property
+    def scheduler_block_size(self) -> int:
+        """Tokens per block as the scheduler counts them: the block size times the DCP size."""
+        return self.block_size * self.decode_context_parallel_size
+
+    @property
     def effective_hash_block_size(self) -> int:
-        return self.block_size if self.hash_block_size is None else self.hash_block_size
+        return self.scheduler_block_size if self.hash_block_size is None else self.hash_block_size
 
 
 def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from impl.connector.protocol import SchedulerConnector
 from impl.connector.types import OffloadMetadata
+from impl.core.context_parallel import dcp_scheduler_view
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission import Admission
@@ -53,6 +54,9 @@ class Scheduler(Admission):
 
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:
+        # Under DCP the scheduler works in blocks spanning every rank's share of the tokens.
+        kv_cache_config = dcp_scheduler_view(kv_cache_config,
+                                             scheduler_config.decode_context_parallel_size)
         self.scheduler_config = scheduler_config
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
@@ -73,6 +77,7 @@ class Scheduler(Admission):
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
+            dcp_world_size=scheduler_config.decode_context_parallel_size,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)

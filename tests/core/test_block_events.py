@@ -26,16 +26,16 @@ def test_a_cache_call_whose_blocks_were_all_skipped_still_reports_its_token_rang
 def test_a_prompt_tail_entry_is_announced_with_its_hash_block() -> None:
     pool = _pool()
     [block] = pool.get_new_blocks(1)
-    pool.cache_partial_block(block, H[2], 0, parent_hash=H[1], token_ids=range(16, 24))
+    pool.cache_partial_block(block, H[2], 0, 24, parent_hash=H[1], token_ids=range(16, 24))
     assert pool.take_events() == [BlockStored((H[2],), H[1], tuple(range(16, 24)), 8, None, 0)]
-    pool.cache_partial_block(block, H[2], 0, parent_hash=H[1], token_ids=range(16, 24))
+    pool.cache_partial_block(block, H[2], 0, 24, parent_hash=H[1], token_ids=range(16, 24))
     assert pool.take_events() == []  # already findable: nothing new to announce
 
 
 def test_promoting_a_partial_entry_removes_it_before_storing_the_full_hash() -> None:
     pool = _pool()
     first, second = pool.get_new_blocks(2)
-    pool.cache_partial_block(second, H[2], 0, parent_hash=H[1], token_ids=range(16, 24))
+    pool.cache_partial_block(second, H[2], 0, 24, parent_hash=H[1], token_ids=range(16, 24))
     pool.take_events()
     pool.cache_full_blocks([first, second], [H[5], H[6]], 0, 2, 0, block_size=16,
                            token_ids=range(32))
@@ -50,7 +50,7 @@ def test_evicting_a_block_with_two_hashes_reports_each_hash_once() -> None:
     pool = _pool()
     [block] = pool.get_new_blocks(1)
     pool.cache_full_blocks([block], [H[3]], 0, 1, 0, block_size=16, token_ids=range(16))
-    pool.cache_partial_block(block, H[4], 0, token_ids=range(8))
+    pool.cache_partial_block(block, H[4], 0, 8, token_ids=range(8))
     pool.free_blocks([block])
     pool.take_events()
     pool.get_new_blocks(9)  # the whole free queue: the cached block (at its tail) too
@@ -106,9 +106,9 @@ def test_a_full_block_can_carry_several_prompt_tail_entries() -> None:
     [block] = pool.get_new_blocks(1)
     pool.cache_full_blocks([block], [H[3]], 0, 1, 0, block_size=16, token_ids=range(16))
     pool.take_events()
-    pool.cache_partial_block(block, H[4], 0, token_ids=range(8))
-    pool.cache_partial_block(block, H[5], 0, token_ids=range(4))
-    pool.cache_partial_block(block, H[4], 0, token_ids=range(8))
+    pool.cache_partial_block(block, H[4], 0, 8, token_ids=range(8))
+    pool.cache_partial_block(block, H[5], 0, 4, token_ids=range(4))
+    pool.cache_partial_block(block, H[4], 0, 8, token_ids=range(8))
     assert pool.take_events() == [BlockStored((H[4],), None, tuple(range(8)), 8, None, 0),
                                   BlockStored((H[5],), None, tuple(range(4)), 4, None, 0)]
     assert block.extra_hashes == [H[4], H[5]]
@@ -161,3 +161,26 @@ def test_full_report_mode_announces_reused_blocks_on_every_lookup_that_hits() ->
     miss = make_request("d", range(500, 513), report_reused_blocks=True)
     manager.get_computed_blocks(miss)
     assert manager.take_events() == []
+
+
+def test_a_partial_key_at_a_longer_boundary_replaces_the_shorter_one() -> None:
+    """A streaming session's next part moves its prompt's last hash boundary further into the
+    same block: the block drops the shorter boundary's key (a removal event) and takes the
+    longer one as its primary key, as upstream re-keys it. A shorter boundary afterwards, or
+    a block whose primary key is a full block's, only adds a key."""
+    pool = _pool()
+    block, full = pool.get_new_blocks(2)
+    pool.cache_partial_block(block, H[1], 0, 2, token_ids=range(2))
+    pool.cache_partial_block(block, H[2], 0, 4, parent_hash=H[1], token_ids=range(2, 4))
+    assert pool.take_events() == [BlockStored((H[1],), None, tuple(range(2)), 2, None, 0),
+                                  BlockRemoved((H[1],), 0),
+                                  BlockStored((H[2],), H[1], tuple(range(2, 4)), 2, None, 0)]
+    assert (block.block_hash, block.extra_hashes) == (H[2], None)
+    pool.cache_partial_block(block, H[1], 0, 2, token_ids=range(2))
+    assert block.extra_hashes == [H[1]]
+    pool.cache_full_blocks([full], [H[3]], 0, 1, 0, block_size=16, token_ids=range(16))
+    pool.cache_partial_block(full, H[4], 0, 8, token_ids=range(8))
+    pool.cache_partial_block(full, H[5], 0, 12, token_ids=range(12))
+    assert (full.block_hash, full.extra_hashes) == (H[3], [H[4], H[5]])
+    assert pool.cached_hashes() == {(0, H[n]) for n in (1, 2, 3, 4, 5)}
+    pool.check_integrity()

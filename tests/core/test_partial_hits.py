@@ -208,7 +208,7 @@ def _pool_with(entries: dict[int, int]) -> tuple[BlockPool, list[bytes]]:
     blocks = {b.block_id: b for b in pool.get_new_blocks(8)}
     hashes = [bytes([fine]) * 4 for fine in range(16)]
     for fine, block_id in entries.items():
-        pool.cache_partial_block(blocks[block_id], hashes[fine], 0)
+        pool.cache_partial_block(blocks[block_id], hashes[fine], 0, 2 * (fine + 1))
     return pool, hashes
 
 

@@ -31,7 +31,7 @@ def decoder_only(workload: Workload) -> bool:
     """Whether the workload's model can be the decoder of an encoder-decoder model."""
     config = workload.config
     return (config.num_spec_tokens == 0 and config.kv_connector is None
-            and config.runner == "generate"
+            and config.runner == "generate" and config.decode_context_parallel_size == 1
             and all(g.type in DECODER_GROUP_TYPES for g in config.kv_cache_groups))
 
 

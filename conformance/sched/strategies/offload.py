@@ -27,6 +27,7 @@ def offloadable(workload: Workload) -> bool:
     config = workload.config
     kinds = {g.type for g in config.kv_cache_groups}
     return ("full" in kinds and "mamba" not in kinds and config.policy != "continuum"
+            and config.decode_context_parallel_size == 1  # DCP with a connector: not modelled
             and not any(g.bounded_replay or g.type == "circular_buffer"
                         for g in config.kv_cache_groups)
             and config.spec_method != "eagle")
@@ -79,7 +80,8 @@ def offloading_capable(workload: Workload) -> bool:
     three blocks make the sparse stores (`impl.connector.offloading.windows`) sparse."""
     return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
                 and not g.bounded_replay for g in workload.config.kv_cache_groups)
-            and workload.config.spec_method != "eagle")
+            and workload.config.spec_method != "eagle"
+            and workload.config.decode_context_parallel_size == 1)
 
 
 @st.composite
@@ -95,7 +97,13 @@ def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
     workload: Workload = draw(workloads(max_requests).filter(offloading_capable))
     config = workload.config
     num_blocks = draw_gpu_pool(draw, workload)
-    blocks_per_chunk = draw(st.integers(1, 3), label="blocks per chunk")
+    # Beside a window, a retention interval must be a whole number of chunks (upstream's
+    # connector refuses it otherwise, and so does the workload format).
+    retention = config.prefix_cache_retention_interval or 0
+    windowed = any(g.type == "sliding_window" for g in config.kv_cache_groups)
+    blocks_per_chunk = draw(st.sampled_from(
+        [b for b in (1, 2, 3) if not windowed or (retention // config.block_size) % b == 0]),
+        label="blocks per chunk")
     connector = KVConnectorConfig(
         "offloading",
         num_cpu_chunks=draw(st.sampled_from([2, 4, 8, 16, 32, 128]), label="cpu chunks"),

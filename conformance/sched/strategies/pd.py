@@ -38,7 +38,7 @@ def pd_capable(workload: Workload) -> bool:
     return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
                 and not g.bounded_replay for g in config.kv_cache_groups)
             and config.runner == "generate" and config.policy != "continuum"
-            and config.spec_method != "eagle")
+            and config.spec_method != "eagle" and config.decode_context_parallel_size == 1)
 
 
 def _plain(request: RequestSpec) -> bool:

@@ -30,6 +30,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from conformance.sched.strategies.context_parallel import context_parallel_sizes
 from conformance.sched.token_model import TokenModel
 from workloads.model import (
     AbortSpec,
@@ -112,10 +113,11 @@ def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
 
 
 @st.composite
-def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
+def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> EngineConfig:
     """`sub_block`: only mamba 'align' hybrids with hashes finer than the block (hits that end
     inside a block, `impl.core.partial_hits`; with a window group too, which turns the hits
-    off but not the copy of a producer's prompt-tail state)."""
+    off but not the copy of a producer's prompt-tail state). `dcp`: full attention under
+    decode context parallelism (blocks of 2 or 4 ranks' tokens)."""
     block_size = draw(st.sampled_from((16, 16, 32)), label="block_size")
     max_model_len = draw(st.sampled_from((64, 128, 256)), label="max_model_len")
     chunked = draw(st.booleans(), label="chunked_prefill")
@@ -127,7 +129,7 @@ def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
     budget = max(budget, max_num_seqs)
     groups = (_groups(draw, block_size, ("mamba", "mamba", "mamba", "window+mamba"),
                       align_only=True)
-              if sub_block else _groups(draw, block_size))
+              if sub_block else _groups(draw, block_size, ("full",) if dcp else LAYOUTS))
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
     min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
@@ -156,6 +158,7 @@ def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
     data_parallel = interval > 1 and draw(st.booleans(), label="data_parallel")
     threshold = draw(st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)),
                      label="threshold")
+    dcp_size = context_parallel_sizes(draw, groups, hash_block, always=dcp)
     return EngineConfig(
         block_size=block_size,
         num_blocks=draw(st.integers(min_blocks, min_blocks + 40), label="num_blocks"),
@@ -185,10 +188,12 @@ def engine_configs(draw: Any, sub_block: bool = False) -> EngineConfig:
         prefix_cache_retention_interval=retention,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
         data_parallel=data_parallel,
-        # Per-request spec-decode metrics ride on finished outputs (compared), with or
-        # without drafts to count.
+        # Per-request spec-decode metrics ride on finished outputs (compared); upstream
+        # refuses them without spec decode.
         per_request_spec_decode_metrics=draw(
-            st.sampled_from(("none", "none", "summary", "detailed")), label="request metrics"),
+            st.sampled_from(("none", "none", "summary", "detailed")), label="request metrics")
+        if spec else "none",
+        decode_context_parallel_size=dcp_size,
     )
 
 
@@ -276,9 +281,10 @@ def _plan(draw: Any, config: EngineConfig, request: RequestSpec) -> PlanSpec | N
 
 
 @st.composite
-def workloads(draw: Any, max_requests: int = 10, sub_block: bool = False) -> Workload:
-    """`sub_block`: configs of `engine_configs(sub_block=True)`."""
-    config = draw(engine_configs(sub_block))
+def workloads(draw: Any, max_requests: int = 10, sub_block: bool = False,
+              dcp: bool = False) -> Workload:
+    """`sub_block`, `dcp`: configs of `engine_configs(sub_block=True)`, `(dcp=True)`."""
+    config = draw(engine_configs(sub_block, dcp))
     token_seed = draw(st.integers(0, 3), label="token_seed")
     count = draw(st.integers(1, max_requests), label="num_requests")
     requests: list[RequestSpec] = []

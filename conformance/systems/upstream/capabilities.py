@@ -57,8 +57,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("CacheConfig", "mamba_cache_mode", "kv_cache_groups[].mamba_cache_mode",
          lambda _config: "none"),
     Knob("KVCacheConfig", "hash_block_size", "hash_block_size",
-         lambda config: config.block_size),
-    Knob("Scheduler", "hash_block_size", "hash_block_size", lambda config: config.block_size),
+         lambda config: config.scheduler_block_size),
+    Knob("Scheduler", "hash_block_size", "hash_block_size",
+         lambda config: config.scheduler_block_size),
     Knob("KVCacheConfig", "prefix_cache_retention_interval", "prefix_cache_retention_interval",
          lambda _config: None),
 )

@@ -36,9 +36,13 @@ TINY_LLAMA: dict[str, Any] = {
 }
 
 
-def write_tiny_model(directory: Path, max_model_len: int) -> Path:
-    """A model directory holding only a config.json that upstream's ModelConfig accepts."""
+def write_tiny_model(directory: Path, max_model_len: int, dcp: int = 1) -> Path:
+    """A model directory holding only a config.json that upstream's ModelConfig accepts.
+    Under DCP (`dcp` > 1, as many TP ranks) the heads divide among the ranks and there is one
+    KV head (MLA-like), fewer than the ranks, as DCP over grouped queries requires."""
     config = dict(TINY_LLAMA, max_position_embeddings=max(max_model_len, 2048))
+    if dcp > 1:
+        config.update(num_attention_heads=4 * dcp, hidden_size=64 * dcp, num_key_value_heads=1)
     (directory / "config.json").write_text(json.dumps(config, sort_keys=True))
     return directory
 
@@ -52,6 +56,7 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         CacheConfig,
         LoRAConfig,
         ModelConfig,
+        ParallelConfig,
         SchedulerConfig,
         SpeculativeConfig,
         VllmConfig,
@@ -103,13 +108,15 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         )
     with tempfile.TemporaryDirectory(prefix="vtwin-model-") as tmp:
         model_config = ModelConfig(
-            model=str(write_tiny_model(Path(tmp), config.max_model_len)),
+            model=str(write_tiny_model(Path(tmp), config.max_model_len,
+                                       config.decode_context_parallel_size)),
             skip_tokenizer_init=True, max_model_len=config.max_model_len, dtype="float32",
             runner=config.runner,
         )
         vllm_config = VllmConfig(
             model_config=model_config, scheduler_config=scheduler_config,
             cache_config=cache_config, speculative_config=speculative_config,
+            **context_parallel(config, ParallelConfig),
             lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
                          if config.max_loras else None),
             kv_transfer_config=upstream_transfer_config(config, connector_class),
@@ -125,6 +132,17 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
     # Scheduler reads it (it sizes in-flight reservations for recycling KV groups from it).
     vllm_config.scheduler_config.async_scheduling = config.async_scheduling
     return vllm_config
+
+
+def context_parallel(config: EngineConfig, parallel_config_cls: Any) -> dict[str, Any]:
+    """The parallel config for DCP (none when it is off: upstream's default). The scheduler
+    reads only the DCP size; tensor parallelism is set to it, which makes it valid (DCP reuses
+    the TP ranks, more of them than the tiny model's one KV head)."""
+    dcp = config.decode_context_parallel_size
+    if dcp == 1:
+        return {}
+    return {"parallel_config": parallel_config_cls(tensor_parallel_size=dcp,
+                                                   decode_context_parallel_size=dcp)}
 
 
 def observability(config: EngineConfig) -> dict[str, Any]:

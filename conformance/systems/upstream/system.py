@@ -200,7 +200,7 @@ class UpstreamSystem:
         kv_cache_config = build_kv_cache_config(config)
         kv_cache_config.kv_cache_tensors = kv_cache_tensors_for(config)
         return {"kv_cache_config": kv_cache_config,
-                "block_size": config.block_size,
+                "block_size": config.scheduler_block_size,
                 "hash_block_size": config.effective_hash_block_size}
 
     def _pin_none_hash(self) -> None:

@@ -1,0 +1,67 @@
+"""Decode context parallelism (DCP) as the scheduler sees it: bigger blocks.
+
+Why this exists: long-context decode (DeepSeek's MLA models above all) runs with
+`--decode-context-parallel-size N`, which shards each sequence's attention KV over N ranks by
+token position. Every rank still has `num_blocks` blocks of `block_size` tokens, and the
+scheduler still hands out one block table per group for all ranks together, so one block id
+now stands for `block_size` tokens on each of the N ranks: `block_size` x N tokens of the
+sequence. Hits, hashes, admission, caching and block counts all work in those bigger blocks;
+nothing else in the scheduler changes.
+
+Only sharded groups scale. Attention caches are sharded; a mamba state is one per request and
+stays replicated, as do draft groups whose drafter runs without DCP. Upstream's hybrid
+coordinator refuses a sharded group that is not full attention (a window or chunk is a span
+of positions, which sharding by position would break), so the twin models DCP for
+full-attention groups and refuses every other kind in one line.
+
+Prefill context parallelism (PCP) has no scheduler side: upstream's scheduler builds its
+KV-cache manager with a PCP size of 1, so the twin has no such setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, ReferenceWindowSpec
+from vtwin.errors import ReleaseCheckFailed
+
+
+def check_dcp_layout(kv_cache_config: KVCacheConfig, dcp_world_size: int) -> None:
+    """Refuse, naming the group, a layout the twin does not model with DCP."""
+    if dcp_world_size < 1:
+        raise ValueError(f"decode_context_parallel_size: must be >= 1 (got {dcp_world_size})")
+    if dcp_world_size == 1:
+        return
+    for index, group in enumerate(kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        if not isinstance(spec, FullAttentionSpec) or isinstance(spec, ReferenceWindowSpec):
+            raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with "
+                             f"decode_context_parallel_size {dcp_world_size} is not "
+                             "implemented by the twin (DCP is twinned for full attention)")
+
+
+def dcp_scheduler_view(kv_cache_config: KVCacheConfig, dcp_world_size: int) -> KVCacheConfig:
+    """`kv_cache_config` as the scheduler sees it under DCP: every full-attention group's
+    blocks span `block_size` x `dcp_world_size` tokens. The config itself is returned when
+    DCP is off."""
+    check_dcp_layout(kv_cache_config, dcp_world_size)
+    if dcp_world_size == 1:
+        return kv_cache_config
+    groups = tuple(
+        KVCacheGroupSpec(group.layer_names, dataclasses.replace(
+            group.kv_cache_spec, block_size=group.kv_cache_spec.block_size * dcp_world_size))
+        for group in kv_cache_config.kv_cache_groups)
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+
+
+def check_reused_block_events(request_id: str, dcp_world_size: int) -> None:
+    """Upstream (0.32 and 0.33) emits a full-report request's reused-block events at each
+    group's per-rank block size, while the request's block hashes are at the scheduler's
+    (DCP-scaled) size; viewing the hashes at the smaller size fails an assertion, so under DCP
+    any reported hit stops the engine. The twin stops alike, on release check
+    `dcp-reused-block-events` (`conformance/upstream_bugs/dcp-reused-block-events.jsonl`)."""
+    if dcp_world_size > 1:
+        raise ReleaseCheckFailed("dcp-reused-block-events", (
+            f"request {request_id}: its prefix hit is reported in full (kv_cache_report_mode "
+            f"full) under decode_context_parallel_size {dcp_world_size}, and upstream views "
+            "the scheduler-block hashes at the per-rank block size"))

@@ -1,0 +1,60 @@
+"""The workload field `config.decode_context_parallel_size`: it round-trips, files without it
+keep their bytes, and what the twin does not model beside DCP is refused in one line naming
+file, line and field; prefill context parallelism is no field at all."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workloads import WorkloadError, loads
+from workloads.writer import dumps
+
+
+def text(config: dict[str, Any]) -> str:
+    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
+              "config": config}
+    request = {"type": "request", "request_id": "a", "arrival_step": 0,
+               "prompt": {"length": 20}, "max_tokens": 3}
+    return json.dumps(header) + "\n" + json.dumps(request) + "\n"
+
+
+def test_the_field_round_trips_and_scales_the_scheduler_block() -> None:
+    workload = loads(text({"decode_context_parallel_size": 4}))
+    config = workload.config
+    assert config.decode_context_parallel_size == 4
+    assert (config.scheduler_block_size, config.effective_hash_block_size) == (64, 64)
+    assert loads(dumps(workload)) == workload
+
+
+def test_a_file_without_them_keeps_its_bytes() -> None:
+    workload = loads(text({}))
+    assert workload.config.scheduler_block_size == 16
+    assert "context_parallel" not in dumps(workload)
+
+
+@pytest.mark.parametrize(("config", "field", "problem"), [
+    ({"kv_cache_groups": [{"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]},
+     "kv_cache_groups[1].type", "'sliding_window' group with decode_context_parallel_size 2"),
+    ({"kv_cache_groups": [{"type": "full"}, {"type": "mamba"}]},
+     "kv_cache_groups[1].type", "'mamba' group"),
+    ({"kv_connector": {"type": "simple_cpu_offload", "num_cpu_blocks": 8}},
+     "kv_connector", "must be unset with decode_context_parallel_size 2"),
+    ({"hash_block_size": 16}, "hash_block_size", "must be unset"),
+    ({"num_blocks": 64, "max_model_len": 2048}, "num_blocks", "(64 blocks of 32)"),
+])
+def test_what_dcp_does_not_model_is_refused_naming_the_field(config: dict[str, Any], field: str,
+                                                             problem: str) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        loads(text({"decode_context_parallel_size": 2, **config}), source="w.jsonl")
+    message = str(caught.value)
+    assert message.startswith(f"w.jsonl:1: field 'config.{field}': ")
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_prefill_context_parallelism_is_no_field() -> None:
+    with pytest.raises(WorkloadError, match="prefill_context_parallel_size"):
+        loads(text({"prefill_context_parallel_size": 2}))
