@@ -258,13 +258,20 @@ class EngineConfig:
 
     @property
     def scheduler_block_size(self) -> int:
-        """Tokens per scheduler block: the block size, times the DCP world size (the workload
-        checks allow DCP only beside groups it shards, so every group scales alike)."""
+        """Tokens per scheduler block: the block size times the DCP world size (full
+        attention's blocks scale, a mamba group's stay and divide them)."""
         return self.block_size * self.decode_context_parallel_size
 
     @property
     def effective_hash_block_size(self) -> int:
-        return self.scheduler_block_size if self.hash_block_size is None else self.hash_block_size
+        """The hash block: as set, else the gcd of the groups' blocks as the scheduler sees
+        them (the block size itself beside a mamba group under DCP, else the scheduler's)."""
+        if self.hash_block_size is not None:
+            return self.hash_block_size
+        if self.decode_context_parallel_size > 1 and any(
+                g.type == "mamba" for g in self.kv_cache_groups):
+            return self.block_size
+        return self.scheduler_block_size
 
     @property
     def is_encoder_decoder(self) -> bool:

@@ -181,6 +181,11 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("full_dcp4", (GroupShape("full", 16),), num_blocks=16, dcp_world_size=4),
     KVFamily("eagle_full_dcp2", (GroupShape("full", 16),), num_blocks=24, use_eagle=True,
              dcp_world_size=2),
+    # Beside mamba 'align' (replicated, 16-token states) the hash block stays 16 under
+    # full-attention blocks of 32: hits may end inside a block, with copy-on-write.
+    KVFamily("mamba_align_dcp2",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, dcp_world_size=2),
     KVFamily("eagle_window_alignment",
              (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
              use_eagle=True),

@@ -78,7 +78,6 @@ class ImplKV:
             hash_block_size=family.effective_hash_block_size,
             enable_caching=family.enable_caching, log_stats=True,
             enable_kv_cache_events=False, use_eagle=family.use_eagle,
-            dcp_world_size=family.dcp_world_size,
         )
         self.hasher = RequestBlockHasher(family.effective_hash_block_size, family.hash_algo,
                                          none_hash)

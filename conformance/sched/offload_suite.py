@@ -67,6 +67,7 @@ NOT_OFFLOADED: dict[str, str] = {
     "eagle-hybrid-sliding-window-retention0": "EAGLE with a connector is not modelled",
     "dcp-multi-turn": "DCP with a connector is not modelled (the workload format refuses it)",
     "dcp-eagle-preemption-storm": "DCP and EAGLE with a connector are not modelled",
+    "dcp-hybrid-mamba": "DCP with a connector is not modelled",
     "multimodal-modalities-disabled": "the multimodal workload without its items: "
                                       "`multimodal` runs with every connector already",
     "multimodal-unsplittable-item": "both systems refuse the config at start-up: nothing runs "

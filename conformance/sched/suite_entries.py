@@ -133,6 +133,12 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "(2 ranks): blocks and hashes span 32 tokens",
                _variant("multi-turn", "dcp-multi-turn", "DCP 2",
                         decode_context_parallel_size=2)),
+    SuiteEntry("dcp-hybrid-mamba", "hybrid full + mamba ('align') under DCP (2 ranks): "
+               "full attention's blocks span 32 tokens, mamba's 16, hashes at 16 (hits inside "
+               "a block, copy-on-write)",
+               _variant("hybrid-sliding-window", "dcp-hybrid-mamba",
+                        "groups full + mamba (align), DCP 2", kv_cache_groups=FULL_MAMBA_ALIGN,
+                        decode_context_parallel_size=2)),
     SuiteEntry("dcp-eagle-preemption-storm", "preemption storms under DCP (4 ranks: 64-token "
                "blocks, 9 of them) with an EAGLE drafter (2 tokens)",
                _variant("preemption-storm", "dcp-eagle-preemption-storm", "DCP 4, EAGLE 2",

@@ -9,10 +9,13 @@ sequence. Hits, hashes, admission, caching and block counts all work in those bi
 nothing else in the scheduler changes.
 
 Only sharded groups scale. Attention caches are sharded; a mamba state is one per request and
-stays replicated, as do draft groups whose drafter runs without DCP. Upstream's hybrid
-coordinator refuses a sharded group that is not full attention (a window or chunk is a span
-of positions, which sharding by position would break), so the twin models DCP for
-full-attention groups and refuses every other kind in one line.
+stays replicated (its blocks keep their size), as do draft groups whose drafter runs without
+DCP. Upstream's hybrid coordinator refuses a sharded group that is not full attention (a
+window or chunk is a span of positions, which sharding by position would break), so the twin
+models DCP for full-attention and mamba groups and refuses every other kind in one line.
+Beside mamba 'align' the hash block is the (unscaled) block, finer than the scaled
+full-attention blocks, so hits may end inside one (`impl.core.partial_hits`): under DCP a
+mamba state as wide as the hash block is enough for that, where without DCP it must be wider.
 
 Prefill context parallelism (PCP) has no scheduler side: upstream's scheduler builds its
 KV-cache manager with a PCP size of 1, so the twin has no such setting.
@@ -22,7 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, ReferenceWindowSpec
+from impl.core.specs import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    ReferenceWindowSpec,
+)
 from vtwin.errors import ReleaseCheckFailed
 
 
@@ -34,24 +43,29 @@ def check_dcp_layout(kv_cache_config: KVCacheConfig, dcp_world_size: int) -> Non
         return
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
+        if isinstance(spec, MambaSpec):
+            continue  # replicated: its blocks keep their size
         if not isinstance(spec, FullAttentionSpec) or isinstance(spec, ReferenceWindowSpec):
             raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with "
                              f"decode_context_parallel_size {dcp_world_size} is not "
-                             "implemented by the twin (DCP is twinned for full attention)")
+                             "implemented by the twin (DCP is twinned for full attention and "
+                             "mamba)")
 
 
 def dcp_scheduler_view(kv_cache_config: KVCacheConfig, dcp_world_size: int) -> KVCacheConfig:
     """`kv_cache_config` as the scheduler sees it under DCP: every full-attention group's
-    blocks span `block_size` x `dcp_world_size` tokens. The config itself is returned when
-    DCP is off."""
+    blocks span `block_size` x `dcp_world_size` tokens, mamba groups' are unchanged, and the
+    config records the world size. The config itself is returned when DCP is off."""
     check_dcp_layout(kv_cache_config, dcp_world_size)
     if dcp_world_size == 1:
         return kv_cache_config
     groups = tuple(
-        KVCacheGroupSpec(group.layer_names, dataclasses.replace(
+        KVCacheGroupSpec(group.layer_names, group.kv_cache_spec
+                         if isinstance(group.kv_cache_spec, MambaSpec) else dataclasses.replace(
             group.kv_cache_spec, block_size=group.kv_cache_spec.block_size * dcp_world_size))
         for group in kv_cache_config.kv_cache_groups)
-    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups,
+                               dcp_world_size=dcp_world_size)
 
 
 def check_reused_block_events(request_id: str, dcp_world_size: int) -> None:

@@ -81,13 +81,11 @@ class KVCacheManager:
         enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
         use_eagle: bool = False,
-        dcp_world_size: int = 1,
     ) -> None:
         """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
         batch's budget, two under async scheduling); sizes the admission cap of block-recycling
-        groups. None: `max_model_len`, which makes the cap the whole sequence.
-        `dcp_world_size`: DCP's ranks, for `kv_cache_config` already in the scheduler's view
-        (`impl.core.context_parallel`)."""
+        groups. None: `max_model_len`, which makes the cap the whole sequence. Under DCP,
+        `kv_cache_config` is the scheduler's view (`impl.core.context_parallel`)."""
         if max_model_len < 1:
             raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
         if not kv_cache_config.kv_cache_groups:
@@ -96,7 +94,7 @@ class KVCacheManager:
         if hash_block_size is None:
             hash_block_size = min(kv_cache_config.block_sizes)
         self.max_model_len = max_model_len
-        self.dcp_world_size = dcp_world_size
+        self.dcp_world_size = kv_cache_config.dcp_world_size
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(

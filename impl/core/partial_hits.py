@@ -36,10 +36,14 @@ from impl.core.specs import KVCacheConfig, MambaSpec
 def sub_block_hits_enabled(kv_cache_config: KVCacheConfig, hash_block_size: int,
                            lookups_sub_block: Sequence[bool]) -> bool:
     """Whether hits may end inside a block; `lookups_sub_block[g]`: group g's manager can
-    look such hits up."""
+    look such hits up. Under DCP a mamba state at the hash block's size is enough (the
+    full-attention blocks it sits beside are the scaled, coarser ones)."""
     groups = kv_cache_config.kv_cache_groups
+    dcp = kv_cache_config.dcp_world_size > 1
     if not any(isinstance(g.kv_cache_spec, MambaSpec) and g.kv_cache_spec.mamba_cache_mode
-               == "align" and g.kv_cache_spec.block_size > hash_block_size for g in groups):
+               == "align" and (g.kv_cache_spec.block_size > hash_block_size
+                               or dcp and g.kv_cache_spec.block_size == hash_block_size)
+               for g in groups):
         return False
     return all(not group.kv_cache_spec.prefix_cacheable or can_look_up
                or group.kv_cache_spec.block_size == hash_block_size

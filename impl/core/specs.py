@@ -219,6 +219,9 @@ class KVCacheConfig:
     num_blocks: int
     kv_cache_groups: tuple[KVCacheGroupSpec, ...] = field(default_factory=tuple)
     prefix_cache_retention_interval: int | None = None
+    # The DCP ranks whose shares a full-attention block spans; set (with the scaled block
+    # sizes) only by `impl.core.context_parallel.dcp_scheduler_view`.
+    dcp_world_size: int = 1
 
     def __post_init__(self) -> None:
         _require(self.num_blocks >= 1, "num_blocks", f"must be >= 1 (got {self.num_blocks})")

@@ -77,7 +77,6 @@ class Scheduler(Admission):
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
-            dcp_world_size=scheduler_config.decode_context_parallel_size,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)

@@ -30,19 +30,20 @@ def config(*specs: KVCacheSpec, num_blocks: int = 16) -> KVCacheConfig:
 def dcp_manager(dcp: int, num_blocks: int = 16, events: bool = False) -> KVCacheManager:
     view = dcp_scheduler_view(config(FullAttentionSpec(block_size=4), num_blocks=num_blocks), dcp)
     return KVCacheManager(view, max_model_len=256, hash_block_size=4 * dcp, enable_caching=True,
-                          log_stats=True, enable_kv_cache_events=events, dcp_world_size=dcp)
+                          log_stats=True, enable_kv_cache_events=events)
 
 
 def test_the_view_scales_full_attention_blocks_by_the_ranks() -> None:
-    plain = config(FullAttentionSpec(block_size=16), FullAttentionSpec(block_size=16))
+    plain = config(FullAttentionSpec(block_size=16), FullAttentionSpec(block_size=16),
+                   MambaSpec(block_size=16, mamba_cache_mode="align"))
     assert dcp_scheduler_view(plain, 1) is plain
-    assert dcp_scheduler_view(plain, 2).block_sizes == [32, 32]
+    view = dcp_scheduler_view(plain, 2)
+    assert (view.block_sizes, view.dcp_world_size) == ([32, 32, 16], 2)
     assert dcp_scheduler_view(plain, 4).num_blocks == plain.num_blocks
 
 
 @pytest.mark.parametrize("spec", [SlidingWindowSpec(block_size=16, sliding_window=32),
-                                  ReferenceWindowSpec(block_size=16, rswa_window=8),
-                                  MambaSpec(block_size=16)])
+                                  ReferenceWindowSpec(block_size=16, rswa_window=8)])
 def test_groups_other_than_full_attention_are_refused_under_dcp(spec: KVCacheSpec) -> None:
     layout = config(FullAttentionSpec(block_size=16), spec)
     with pytest.raises(ValueError, match=r"kv_cache_groups\[1\]: .* decode_context_parallel_size"):

@@ -29,6 +29,14 @@ def test_the_field_round_trips_and_scales_the_scheduler_block() -> None:
     assert loads(dumps(workload)) == workload
 
 
+def test_beside_mamba_align_the_hash_block_stays_the_block() -> None:
+    """Mamba states are replicated (their blocks keep 16 tokens) while full attention's span
+    2 ranks (32): hashes at the gcd, as upstream's engine core sizes them."""
+    config = loads(text({"decode_context_parallel_size": 2, "kv_cache_groups": [
+        {"type": "full"}, {"type": "mamba", "mamba_cache_mode": "align"}]})).config
+    assert (config.scheduler_block_size, config.effective_hash_block_size) == (32, 16)
+
+
 def test_a_file_without_them_keeps_its_bytes() -> None:
     workload = loads(text({}))
     assert workload.config.scheduler_block_size == 16
@@ -39,7 +47,10 @@ def test_a_file_without_them_keeps_its_bytes() -> None:
     ({"kv_cache_groups": [{"type": "full"}, {"type": "sliding_window", "sliding_window": 32}]},
      "kv_cache_groups[1].type", "'sliding_window' group with decode_context_parallel_size 2"),
     ({"kv_cache_groups": [{"type": "full"}, {"type": "mamba"}]},
-     "kv_cache_groups[1].type", "'mamba' group"),
+     "kv_cache_groups[1].mamba_cache_mode", "needs 'align' and prefix caching on"),
+    ({"kv_cache_groups": [{"type": "full"}, {"type": "mamba", "mamba_cache_mode": "align"}],
+      "enable_prefix_caching": False},
+     "kv_cache_groups[1].mamba_cache_mode", "needs 'align' and prefix caching on"),
     ({"kv_connector": {"type": "simple_cpu_offload", "num_cpu_blocks": 8}},
      "kv_connector", "must be unset with decode_context_parallel_size 2"),
     ({"hash_block_size": 16}, "hash_block_size", "must be unset"),

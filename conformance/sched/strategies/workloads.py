@@ -129,7 +129,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
     budget = max(budget, max_num_seqs)
     groups = (_groups(draw, block_size, ("mamba", "mamba", "mamba", "window+mamba"),
                       align_only=True)
-              if sub_block else _groups(draw, block_size, ("full",) if dcp else LAYOUTS))
+              if sub_block else _groups(draw, block_size, ("full", "full", "mamba") if dcp
+                                        else LAYOUTS, align_only=dcp))
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
     min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
@@ -137,7 +138,7 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
     spec = 0 if align else draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
     # With mamba 'align', finer hashes give sub-block hits: drawn more often and finer.
-    hash_block = None if len(groups) == 1 else draw(
+    hash_block = None if len(groups) == 1 or dcp else draw(
         st.sampled_from((block_size // 2, block_size // 4, block_size // 8) if sub_block
                         else (None, block_size // 2, block_size // 4, block_size // 8) if align
                         else (None, None, block_size // 2)), label="hash_block_size")
@@ -158,7 +159,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
     data_parallel = interval > 1 and draw(st.booleans(), label="data_parallel")
     threshold = draw(st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)),
                      label="threshold")
-    dcp_size = context_parallel_sizes(draw, groups, hash_block, always=dcp)
+    caching = sub_block or dcp and align or draw(st.booleans(), label="prefix_caching")
+    dcp_size = context_parallel_sizes(draw, groups, hash_block, caching, always=dcp)
     return EngineConfig(
         block_size=block_size,
         num_blocks=draw(st.integers(min_blocks, min_blocks + 40), label="num_blocks"),
@@ -174,7 +176,7 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
             st.booleans(), label="adaptive threshold"),
         enable_chunked_prefill=chunked,
         policy=draw(st.sampled_from(("fcfs", "priority")), label="policy"),
-        enable_prefix_caching=sub_block or draw(st.booleans(), label="prefix_caching"),
+        enable_prefix_caching=caching,
         hash_algo=draw(st.sampled_from(("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")),
                        label="hash_algo"),
         kv_cache_groups=groups,
