@@ -22,6 +22,9 @@ class GroupShape:
     window: int = 0  # sliding window, attention chunk size or reference window
     mamba_cache_mode: str = "none"
     bounded_replay: bool = False  # sliding windows only: no prefix cache, replayed after a hit
+    # Mamba only: state blocks kept past the running one for the drafts of speculative
+    # decoding (vLLM sets one per speculative token; 0 without spec decode).
+    speculative_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "sliding_window", "chunked_local", "mamba",
@@ -36,6 +39,8 @@ class GroupShape:
             raise ValueError(f"mamba_cache_mode: only for mamba groups (got kind {self.kind!r})")
         if self.bounded_replay and self.kind != "sliding_window":
             raise ValueError(f"bounded_replay: only for sliding windows (got kind {self.kind!r})")
+        if self.speculative_blocks and self.kind != "mamba":
+            raise ValueError(f"speculative_blocks: only for mamba groups (got kind {self.kind!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,4 +224,6 @@ def group_shape(config: EngineConfig, group: KVCacheGroup) -> GroupShape:
     window = group.sliding_window or group.attention_chunk_size or group.rswa_window or 0
     return GroupShape(group.type, config.block_size, window,
                       mamba_cache_mode=group.mamba_cache_mode or "none",
-                      bounded_replay=group.bounded_replay)
+                      bounded_replay=group.bounded_replay,
+                      # As vLLM's mamba layers: a state block per speculative token.
+                      speculative_blocks=config.num_spec_tokens if group.type == "mamba" else 0)

@@ -182,4 +182,5 @@ def impl_spec(group: GroupShape) -> Any:
     if group.kind == "chunked_local":
         return specs.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                                attention_chunk_size=group.window)
-    return specs.MambaSpec(block_size=group.block_size, mamba_cache_mode=group.mamba_cache_mode)
+    return specs.MambaSpec(block_size=group.block_size, mamba_cache_mode=group.mamba_cache_mode,
+                           num_speculative_blocks=group.speculative_blocks)

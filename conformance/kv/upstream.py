@@ -153,4 +153,5 @@ def upstream_spec(group: GroupShape) -> Any:
         return k.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                            attention_chunk_size=group.window, **common)
     return k.MambaSpec(block_size=group.block_size, shapes=((16,),), dtypes=(torch.float32,),
-                       mamba_cache_mode=group.mamba_cache_mode)
+                       mamba_cache_mode=group.mamba_cache_mode,
+                       num_speculative_blocks=group.speculative_blocks)

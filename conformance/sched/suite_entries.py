@@ -129,6 +129,12 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "tokens): every prefix hit gives up its last block",
                _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
                         num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("mamba-spec-decode", "hybrid full + mamba with speculative decoding (3 "
+               "tokens): each request keeps a state block per draft token past its running "
+               "state (prefix caching off, so both releases run it)",
+               _variant("spec-decode", "mamba-spec-decode", "groups full + mamba, no caching",
+                        kv_cache_groups=(KVCacheGroup("full"), KVCacheGroup("mamba")),
+                        enable_prefix_caching=False, num_blocks=129)),
     SuiteEntry("dcp-multi-turn", "multi-turn conversations under decode context parallelism "
                "(2 ranks): blocks and hashes span 32 tokens",
                _variant("multi-turn", "dcp-multi-turn", "DCP 2",

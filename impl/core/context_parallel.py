@@ -29,6 +29,7 @@ from impl.core.specs import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    KVCacheSpec,
     MambaSpec,
     ReferenceWindowSpec,
 )
@@ -68,14 +69,24 @@ def dcp_scheduler_view(kv_cache_config: KVCacheConfig, dcp_world_size: int) -> K
                                dcp_world_size=dcp_world_size)
 
 
-def check_reused_block_events(request_id: str, dcp_world_size: int) -> None:
+def rank_block_size(spec: KVCacheSpec, dcp_world_size: int) -> int:
+    """A group's block as each rank holds it: a full-attention block of the view divided by
+    the ranks, a replicated (mamba) block as it is."""
+    if isinstance(spec, FullAttentionSpec):
+        return spec.block_size // dcp_world_size
+    return spec.block_size
+
+
+def check_reused_block_events(request_id: str, group_id: int, rank_block: int,
+                              hash_block_size: int) -> None:
     """Upstream (0.32 and 0.33) emits a full-report request's reused-block events at each
-    group's per-rank block size, while the request's block hashes are at the scheduler's
-    (DCP-scaled) size; viewing the hashes at the smaller size fails an assertion, so under DCP
-    any reported hit stops the engine. The twin stops alike, on release check
-    `dcp-reused-block-events` (`conformance/upstream_bugs/dcp-reused-block-events.jsonl`)."""
-    if dcp_world_size > 1:
+    group's per-rank block size. Where the hash block does not divide it (DCP without a
+    finer hash block: hashes span the scheduler's block, wider than a rank's), viewing the
+    hashes at that size fails an assertion and the engine stops. The twin stops alike, on
+    release check `dcp-reused-block-events`
+    (`conformance/upstream_bugs/dcp-reused-block-events.jsonl`)."""
+    if rank_block % hash_block_size:
         raise ReleaseCheckFailed("dcp-reused-block-events", (
-            f"request {request_id}: its prefix hit is reported in full (kv_cache_report_mode "
-            f"full) under decode_context_parallel_size {dcp_world_size}, and upstream views "
-            "the scheduler-block hashes at the per-rank block size"))
+            f"request {request_id}: its prefix hit in group {group_id} is reported in full "
+            f"(kv_cache_report_mode full), and upstream views the {hash_block_size}-token "
+            f"block hashes at the group's per-rank block of {rank_block} tokens"))

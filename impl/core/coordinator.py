@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
+from impl.core.context_parallel import check_reused_block_events, rank_block_size
 from impl.core.hashing import hashes_at_block_size
 from impl.core.hit_search import find_hybrid_hit
 from impl.core.manager_types import manager_class_for, tokens_for
@@ -43,6 +44,7 @@ class KVCacheCoordinator:
     ) -> None:
         check_hash_block_size(kv_cache_config, hash_block_size)
         self.hash_block_size = hash_block_size
+        self.dcp_world_size = kv_cache_config.dcp_world_size
         # An EAGLE drafter: every group's hit gives up its last block (`impl.core.hit_search`).
         self.use_eagle = use_eagle
         self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching,
@@ -93,7 +95,9 @@ class KVCacheCoordinator:
         for group_id, blocks in enumerate(hits):
             if not blocks:
                 continue
-            size = self.managers[group_id].block_size
+            # Upstream reports at the group's per-rank block (DCP: a fraction of the view's).
+            size = rank_block_size(self.managers[group_id].kv_cache_spec, self.dcp_world_size)
+            check_reused_block_events(request.request_id, group_id, size, self.hash_block_size)
             hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)
             if len(blocks) > len(hashes):
                 # A sub-block hit inside the prompt's last, partial block: it has no block

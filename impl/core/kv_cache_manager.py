@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
-from impl.core.context_parallel import check_reused_block_events
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
@@ -94,7 +93,6 @@ class KVCacheManager:
         if hash_block_size is None:
             hash_block_size = min(kv_cache_config.block_sizes)
         self.max_model_len = max_model_len
-        self.dcp_world_size = kv_cache_config.dcp_world_size
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
@@ -144,7 +142,6 @@ class KVCacheManager:
                 and self.block_pool.enable_kv_cache_events):
             # A gateway following the events learns which blocks this request reuses: on
             # every lookup that hits, whether or not the request is then admitted.
-            check_reused_block_events(request.request_id, self.dcp_world_size)
             self.coordinator.emit_reused_block_events(request, hits)
         request.shared_prefix_boundary = junction
         return KVCacheBlocks(hits), num_hit_tokens

@@ -6,6 +6,10 @@ as soon as the next one is computed. With prefix caching, the state at each bloc
 indexed; a hit needs just one block, the state at the hit point, so the search runs right to
 left for the longest aligned boundary whose state is cached.
 
+With speculative decoding each request also keeps one block per speculative token past the
+running state (the drafts' states: vLLM's `num_speculative_blocks`), so every allocation
+counts that many blocks' worth of tokens more.
+
 A state is written by the model only when the step that computes it has run, so a state cached
 during the current step cannot serve a hit yet: such a hit is refused (reported as needing
 more blocks than the pool has) until the next step starts. The rule is keyed by the *hash* of
@@ -70,9 +74,19 @@ class MambaManager(SingleTypeKVCacheManager):
         if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
             return self.block_pool.num_gpu_blocks + 1  # more than the pool: refused this step
         return super().get_num_blocks_to_allocate(
-            request_id, num_tokens, new_computed_blocks, total_computed_tokens,
-            apply_admission_cap,
+            request_id, num_tokens + self.speculative_tokens, new_computed_blocks,
+            total_computed_tokens, apply_admission_cap,
         )
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        return super().allocate_new_blocks(request_id, num_tokens + self.speculative_tokens)
+
+    @property
+    def speculative_tokens(self) -> int:
+        """The drafts' state blocks, in tokens (0 without speculative decoding)."""
+        spec = self.kv_cache_spec
+        assert isinstance(spec, MambaSpec)
+        return spec.num_speculative_blocks * self.block_size
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from impl.connector.types import OffloadSettings
 from impl.core.context_parallel import check_reused_block_events, dcp_scheduler_view
+from impl.core.events import BlockStored
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import (
     FullAttentionSpec,
@@ -66,8 +67,8 @@ def test_a_block_holds_every_ranks_share_of_the_tokens() -> None:
 
 def test_a_full_report_hit_under_dcp_stops_as_upstream_does() -> None:
     """Upstream views the scheduler-block hashes at the per-rank block size to report a hit's
-    reused blocks in full, and asserts; the twin raises the same release check. Without DCP,
-    or without a hit, nothing stops."""
+    reused blocks in full, and asserts; the twin raises the same release check. Without a
+    hit, or with hashes that divide the per-rank block, nothing stops."""
     manager = dcp_manager(2, events=True)
     first = make_request("a", range(20), block_size=8)
     admit(manager, first)
@@ -78,7 +79,31 @@ def test_a_full_report_hit_under_dcp_stops_as_upstream_does() -> None:
     with pytest.raises(ReleaseCheckFailed, match="dcp-reused-block-events") as caught:
         manager.get_computed_blocks(hit)
     assert "request hit" in str(caught.value)
-    check_reused_block_events("any", 1)
+    check_reused_block_events("any", 0, 16, 16)
+    check_reused_block_events("any", 0, 16, 8)
+    with pytest.raises(ReleaseCheckFailed):
+        check_reused_block_events("any", 0, 16, 32)
+
+
+def test_a_full_report_at_hashes_dividing_a_ranks_block_is_made_at_that_block() -> None:
+    """Hashes finer than the view's blocks (4 tokens under 2 ranks' 4-token blocks, as beside
+    a mamba group) divide a rank's block: upstream reports the hit without stopping, at the
+    per-rank block, one per hit block of the view (so the first 4 tokens of each 8); the twin
+    alike."""
+    view = dcp_scheduler_view(config(FullAttentionSpec(block_size=4),
+                                     FullAttentionSpec(block_size=4), num_blocks=32), 2)
+    manager = KVCacheManager(view, max_model_len=256, hash_block_size=4, enable_caching=True,
+                             log_stats=True, enable_kv_cache_events=True)
+    first = make_request("a", range(20), block_size=4)
+    assert admit(manager, first) == [[1, 2, 3], [4, 5, 6]]
+    manager.cache_blocks(first, 20)
+    manager.take_events()
+    hit = make_request("hit", range(20), block_size=4, report_reused_blocks=True)
+    hits, num_hit = manager.get_computed_blocks(hit)
+    assert (hits.get_block_ids(), num_hit) == (([1, 2], [4, 5]), 16)
+    stored = [e for e in manager.take_events() if isinstance(e, BlockStored)]
+    assert [(e.group_id, e.block_size, tuple(e.token_ids)) for e in stored] == [
+        (0, 4, tuple(range(8))), (1, 4, tuple(range(8)))]
 
 
 def test_the_scheduler_hashes_at_its_own_block_and_refuses_a_connector() -> None:
