@@ -135,6 +135,13 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _variant("spec-decode", "mamba-spec-decode", "groups full + mamba, no caching",
                         kv_cache_groups=(KVCacheGroup("full"), KVCacheGroup("mamba")),
                         enable_prefix_caching=False, num_blocks=129)),
+    SuiteEntry("mamba-align-spec-decode", "preemption storms on full + mamba ('align') with "
+               "speculative decoding (2 tokens): the drafts' state blocks taken with the first "
+               "state, moved to the table's end as the state moves on, the previous state "
+               "freed by index",
+               _variant("preemption-storm", "mamba-align-spec-decode",
+                        "groups full + mamba (align), 2 draft tokens",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2, num_blocks=82)),
     SuiteEntry("dcp-multi-turn", "multi-turn conversations under decode context parallelism "
                "(2 ranks): blocks and hashes span 32 tokens",
                _variant("multi-turn", "dcp-multi-turn", "DCP 2",

@@ -19,6 +19,13 @@ goes with the rest as soon as that chunk is processed.
 Sizing matches: a request needs min(1, blocks still missing) new blocks per step, plus the prefix
 hit if it sits free in the queue, whatever the chunk length; the admission gate asks the same.
 
+With speculative decoding the table also holds one block per speculative token past the state
+block (the drafts' states, `MambaSpec.num_speculative_blocks`): the first allocation takes them
+with the state, and when a later chunk moves the state on, the speculative blocks the new state
+position passes are moved to the end of the table (their old places become null), so they stay
+the last `num_speculative_blocks` entries. The previous state is then released by index
+(`last_state_block_idx`) once the tokens after it are processed.
+
 One difference between releases (`impl.behaviour`): 0.32 re-marks the prompt's last reusable
 state (the block ending at the last block boundary before the prompt's final token) as cached
 *this step* every time the request's cache call lands on that boundary, which keeps other
@@ -35,7 +42,7 @@ from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.mamba import MambaManager
 from impl.core.single_type_manager import cdiv
-from impl.core.specs import KVCacheSpec
+from impl.core.specs import KVCacheSpec, MambaSpec
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -56,6 +63,14 @@ class MambaAlignManager(MambaManager):
         # Requests that have been given blocks once: a partial tail of theirs is a state they
         # keep writing into, so its copy-on-write moves the cache entry, not the table entry.
         self.allocated: set[str] = set()
+        # Where each request's previous state lies, freed once processed past it.
+        self.last_state_block_idx: dict[str, int] = {}
+
+    @property
+    def num_speculative_blocks(self) -> int:
+        spec = self.kv_cache_spec
+        assert isinstance(spec, MambaSpec)
+        return spec.num_speculative_blocks
 
     def get_num_blocks_to_allocate(
         self,
@@ -70,30 +85,46 @@ class MambaAlignManager(MambaManager):
         if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
             return self.block_pool.num_gpu_blocks + 1  # refused this step (see MambaManager)
         held = self.req_to_blocks.get(request_id)
-        num_new = (cdiv(num_tokens, self.block_size) - len(new_computed_blocks)
-                   - (len(held) if held is not None else 0))
+        num_speculative = self.num_speculative_blocks
+        num_new = (cdiv(num_tokens, self.block_size) + num_speculative
+                   - len(new_computed_blocks) - (len(held) if held is not None else 0))
         num_evictable = 0
         for block in new_computed_blocks:
             if block.ref_cnt == 0 and not block.is_null:
                 num_evictable += 1
+        # One state block (and the drafts' on the first allocation) per call, at most.
+        cap = 1 if request_id in self.allocated else 1 + num_speculative
         if (self.has_partial_hit(new_computed_blocks, total_computed_tokens)
                 or request_id in self.partial_hit_reqs):
-            return min(max(num_new, 0) + 1, 2) + num_evictable  # the state, and its copy
-        return min(num_new, 1) + num_evictable
+            return min(max(num_new, 0) + 1, cap + 1) + num_evictable  # and the state's copy
+        return min(num_new, cap) + num_evictable
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Null blocks up to the chunk's last block, then one real block for the state there;
         the new table entries (nulls included) are what the step reports as new. A pending
         partial tail takes its copy first (`impl.core.partial_hits`)."""
         blocks = self.req_to_blocks.setdefault(request_id, [])
-        num_required = cdiv(num_tokens, self.block_size)
+        num_speculative = self.num_speculative_blocks
+        num_required = cdiv(num_tokens, self.block_size) + num_speculative
         num_held = len(blocks)
         partial = self.partial_hit_reqs.pop(request_id, None)
         if num_required <= num_held and partial is None:
             self.allocated.add(request_id)
             return []
-        if num_held < num_required - 1:
-            blocks.extend([self.null_block] * (num_required - 1 - num_held))
+        allocated = request_id in self.allocated
+        if allocated:  # the running state sits before the drafts' blocks
+            self.last_state_block_idx[request_id] = num_held - 1 - num_speculative
+        elif num_held:  # a prefix hit's state
+            self.last_state_block_idx[request_id] = num_held - 1
+        num_skipped = num_required - num_speculative - 1
+        if num_held < num_skipped:
+            blocks.extend([self.null_block] * (num_skipped - num_held))
+        if allocated:  # the drafts' blocks the new state passes move to the end
+            for index in range(num_held - num_speculative, num_held):
+                if index >= num_skipped:
+                    break
+                blocks.append(blocks[index])
+                blocks[index] = self.null_block
         num_new = max(num_required - len(blocks), 0)
         new_blocks = self.block_pool.get_new_blocks(num_new + (partial is not None))
         added = blocks[num_held:]
@@ -133,16 +164,27 @@ class MambaAlignManager(MambaManager):
         end = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
                   len(blocks))
         start = self.num_retired_blocks.get(request_id, 0)
-        if start >= end:
+        if start < end:
+            removed: list[KVCacheBlock] = []
+            for index in range(end - 1, start - 1, -1):
+                block = blocks[index]
+                if not block.is_null:
+                    removed.append(block)
+                    blocks[index] = self.null_block
+            self.block_pool.free_blocks(removed)
+            self.num_retired_blocks[request_id] = end
+        self._free_last_state(request_id, num_computed_tokens)
+
+    def _free_last_state(self, request_id: str, num_computed_tokens: int) -> None:
+        """The previous state, once the tokens after it are processed (by index: with drafts'
+        blocks behind it, it is not always left of the retired prefix)."""
+        index = self.last_state_block_idx.get(request_id)
+        if index is None or index >= cdiv(num_computed_tokens, self.block_size) - 1:
             return
-        removed: list[KVCacheBlock] = []
-        for index in range(end - 1, start - 1, -1):
-            block = blocks[index]
-            if not block.is_null:
-                removed.append(block)
-                blocks[index] = self.null_block
-        self.block_pool.free_blocks(removed)
-        self.num_retired_blocks[request_id] = end
+        blocks = self.req_to_blocks[request_id]
+        if not blocks[index].is_null:
+            self.block_pool.free_blocks([blocks[index]])
+            blocks[index] = self.null_block
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
@@ -202,6 +244,7 @@ class MambaAlignManager(MambaManager):
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self.num_retired_blocks.pop(request_id, None)
+        self.last_state_block_idx.pop(request_id, None)
         self.allocated.discard(request_id)
         return super().pop_blocks_for_free(request_id)
 

@@ -140,9 +140,11 @@ class Admission(SchedulerUpdates, AdmissionRules):
             num_new = min(num_new, plan.token_budget)
             if num_new <= 0:
                 self._fail_empty_admission(request, num_computed)
-            if self.mamba_split is not None and not (
-                    num_new := self.mamba_split.clip(request, num_new, num_hit)):
-                break  # no block-aligned chunk fits: admission stops
+            if self.mamba_split is not None:
+                if not (num_new := self.mamba_split.clip(request, num_new, num_hit)):
+                    break  # no block-aligned chunk fits: admission stops
+                if pad and num_new != 1 + self.num_spec_tokens:
+                    num_new, pad = 1, 0  # the split cut the padded rows: unpadded instead
             if request.mm_features:
                 num_new = self.choose_encoder_inputs(plan, request, num_computed, num_new)
             if num_new == 0:  # its next item does not fit the encoder

@@ -141,10 +141,11 @@ class SchedulerConfig:
 def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
     """Mamba cache modes the twin runs, refused otherwise with one line naming the fix.
 
-    'align' (states cached only at block-aligned chunk ends, `impl.sched.mamba_split`) is
-    implemented without speculative decoding or lookahead slots (upstream keeps per-draft
-    state blocks the twin does not model). Hashes finer than the block give sub-block hits
-    with copy-on-write states (`impl.core.partial_hits`), modelled without a KV connector.
+    'align' (states cached only at block-aligned chunk ends, `impl.sched.mamba_split`), with
+    the drafts' state blocks under speculative decoding (`impl.core.mamba_align`; an EAGLE
+    drafter beside mamba is refused by `check_eagle`). Hashes finer than the block give
+    sub-block hits with copy-on-write states (`impl.core.partial_hits`), modelled without a
+    KV connector.
     From 0.33 upstream refuses mamba prefix caching in any other mode, so under that
     behaviour the twin refuses the same configs."""
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -153,9 +154,6 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
             continue
         where = f"kv_cache_groups[{index}].mamba_cache_mode"
         if spec.mamba_cache_mode == "align":
-            if config.num_spec_tokens or config.num_lookahead_tokens:
-                raise ValueError(f"{where}: 'align' with speculative decoding is not "
-                                 "implemented by the twin; set num_spec_tokens to 0")
             if (config.effective_hash_block_size != spec.block_size
                     and config.kv_connector is not None and config.enable_prefix_caching):
                 raise ValueError(f"{where}: 'align' with hash_block_size "

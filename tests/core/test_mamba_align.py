@@ -198,3 +198,27 @@ def test_no_hit_in_any_group_leaves_no_junction() -> None:
     b = make_request("b", range(13))
     _, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 8 and b.shared_prefix_boundary == 0
+
+
+def test_drafts_state_blocks_follow_the_state_to_the_end_of_the_table() -> None:
+    """Two draft tokens (`num_speculative_blocks` 2), 4-token blocks. Admitted with 8 tokens:
+    the state's block and both drafts' blocks at once (after one null). The next chunk (to 16)
+    moves the state on to index 3: the draft block it passes (index 2) moves to the end, the
+    other becomes the state's, one new block closes the table, and the previous state (index
+    1) is remembered. Processing past 16 frees it; the chunk to 20 then needs one block."""
+    manager = make_manager(40, FullAttentionSpec(block_size=4),
+                           MambaSpec(block_size=4, mamba_cache_mode="align",
+                                     num_speculative_blocks=2))
+    a = make_request("a", range(40))
+    assert manager.coordinator.get_num_blocks_to_allocate(
+        "a", 8, ([], []), 0, num_tokens_main=8) == 2 + 3
+    assert admit(manager, a, 8) == [[1, 2], [0, 3, 4, 5]]
+    assert run_chunk(manager, a, 8) == [[6, 7], [4, 8]]
+    assert manager.get_block_ids("a") == ([1, 2, 6, 7], [0, 3, 0, 5, 4, 8])
+    assert mamba(manager).last_state_block_idx["a"] == 1
+    assert run_chunk(manager, a, 4) == [[9], [10]]
+    assert manager.get_block_ids("a") == ([1, 2, 6, 7, 9], [0, 0, 0, 5, 4, 8, 10])
+    assert mamba(manager).last_state_block_idx["a"] == 3
+    manager.free(a)
+    assert "a" not in mamba(manager).last_state_block_idx
+    manager.check_integrity()

@@ -107,8 +107,7 @@ def _groups(draw: Any, block_size: int, layouts: tuple[str, ...] = LAYOUTS,
 
 
 def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
-    """The twin runs mamba 'align' without spec decode (it refuses it), so such configs draw
-    none."""
+    """A mamba 'align' group: block-aligned chunks, and prefix caching that 0.33 allows."""
     return any(g.mamba_cache_mode == "align" for g in groups)
 
 
@@ -133,9 +132,11 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
                                         else LAYOUTS, align_only=dcp))
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
-    min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1
     align = _mamba_align(groups)
-    spec = 0 if align else draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
+    spec = draw(st.sampled_from((0, 0, 1, 2, 3)), label="num_spec_tokens")
+    # ... plus, beside mamba, a state block per speculative token.
+    min_blocks = len(groups) * (-(-max_model_len // block_size) + 1) + 1 + (
+        spec if any(g.type == "mamba" for g in groups) else 0)
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
     # With mamba 'align', finer hashes give sub-block hits: drawn more often and finer.
     hash_block = None if len(groups) == 1 or dcp else draw(
