@@ -68,6 +68,9 @@ NOT_OFFLOADED: dict[str, str] = {
     "dcp-multi-turn": "DCP with a connector is not modelled (the workload format refuses it)",
     "dcp-eagle-preemption-storm": "DCP and EAGLE with a connector are not modelled",
     "dcp-hybrid-mamba": "DCP with a connector is not modelled",
+    "mamba-spec-decode": "mamba groups with a connector are not modelled by the twin",
+    "mamba-align-spec-decode": "mamba 'align' boundary-state hand-offs to the CPU tier are not "
+                               "modelled by the twin",
     "multimodal-modalities-disabled": "the multimodal workload without its items: "
                                       "`multimodal` runs with every connector already",
     "multimodal-unsplittable-item": "both systems refuse the config at start-up: nothing runs "
