@@ -188,6 +188,16 @@ FAMILIES: tuple[KVFamily, ...] = (
              dcp_world_size=2),
     # Beside mamba 'align' (replicated, 16-token states) the hash block stays 16 under
     # full-attention blocks of 32: hits may end inside a block, with copy-on-write.
+    # Speculative decoding beside mamba: a state block per draft token (2 here), in 'none'
+    # mode counted with every allocation, in 'align' mode moved to the table's end as the
+    # state moves on.
+    KVFamily("mamba_spec2", (GroupShape("full", 16), GroupShape("mamba", 16,
+                                                                 speculative_blocks=2)),
+             num_blocks=48),
+    KVFamily("mamba_align_spec2",
+             (GroupShape("full", 16),
+              GroupShape("mamba", 16, mamba_cache_mode="align", speculative_blocks=2)),
+             num_blocks=48),
     KVFamily("mamba_align_dcp2",
              (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
              num_blocks=40, dcp_world_size=2),
