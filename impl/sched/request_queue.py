@@ -74,27 +74,50 @@ class FCFSRequestQueue:
         return iter(self._queue)
 
 
+class _Queued:
+    """A heap entry ordered by its request's *current* priority, arrival time and id, as
+    upstream's heap of requests is (it compares the requests themselves): a streaming session
+    whose next part moves its arrival time while it waits in the heap is compared by the new
+    time from then on, though the heap was built with the old one. The last tie-break is
+    insertion order, never object identity."""
+
+    __slots__ = ("request", "order")
+
+    def __init__(self, request: Request, order: int) -> None:
+        self.request = request
+        self.order = order
+
+    def __lt__(self, other: _Queued) -> bool:
+        mine, theirs = self.request, other.request
+        if mine.priority != theirs.priority:
+            return mine.priority < theirs.priority
+        if mine.arrival_time != theirs.arrival_time:
+            return mine.arrival_time < theirs.arrival_time
+        if mine.request_id != theirs.request_id:
+            return mine.request_id < theirs.request_id
+        return self.order < other.order
+
+
 class PriorityRequestQueue:
     __slots__ = ("_heap", "_counter")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, float, str, int, Request]] = []
-        self._counter = 0  # final tie-break: insertion order, never object identity
+        self._heap: list[_Queued] = []
+        self._counter = 0
 
     def add_request(self, request: Request) -> None:
         self._counter += 1
-        heapq.heappush(self._heap, (request.priority, request.arrival_time,
-                                    request.request_id, self._counter, request))
+        heapq.heappush(self._heap, _Queued(request, self._counter))
 
     def pop_request(self) -> Request:
         if not self._heap:
             raise IndexError("pop from an empty queue")
-        return heapq.heappop(self._heap)[-1]
+        return heapq.heappop(self._heap).request
 
     def peek_request(self) -> Request:
         if not self._heap:
             raise IndexError("peek from an empty queue")
-        return self._heap[0][-1]
+        return self._heap[0].request
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
@@ -107,7 +130,7 @@ class PriorityRequestQueue:
     def remove_request(self, request: Request) -> None:
         """Remove `request` (ValueError when it is not queued)."""
         for index, entry in enumerate(self._heap):
-            if entry[-1] is request:
+            if entry.request is request:
                 self._heap[index] = self._heap[-1]
                 self._heap.pop()
                 heapq.heapify(self._heap)
@@ -117,7 +140,7 @@ class PriorityRequestQueue:
     def remove_requests(self, requests: Iterable[Request]) -> None:
         doomed = set(map(id, requests))
         if doomed:
-            self._heap = [entry for entry in self._heap if id(entry[-1]) not in doomed]
+            self._heap = [entry for entry in self._heap if id(entry.request) not in doomed]
             heapq.heapify(self._heap)
 
     def __bool__(self) -> bool:
@@ -127,6 +150,6 @@ class PriorityRequestQueue:
         return len(self._heap)
 
     def __iter__(self) -> Iterator[Request]:
-        return (entry[-1] for entry in sorted(self._heap))
+        return (entry.request for entry in sorted(self._heap))
 
 
