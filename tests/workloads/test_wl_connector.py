@@ -9,19 +9,12 @@ from typing import Any
 
 import pytest
 
+from tests.workloads.one_request import text
 from workloads import WorkloadError, loads
 from workloads.model import KVConnectorConfig, LoadFailure
 from workloads.writer import dumps
 
 OFFLOAD: dict[str, Any] = {"type": "simple_cpu_offload", "num_cpu_blocks": 4}
-
-
-def text(config: dict[str, Any]) -> str:
-    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
-              "config": config}
-    request = {"type": "request", "request_id": "a", "arrival_step": 0,
-               "prompt": {"length": 20}, "max_tokens": 3}
-    return json.dumps(header) + "\n" + json.dumps(request) + "\n"
 
 
 def test_the_field_round_trips_with_every_setting() -> None:

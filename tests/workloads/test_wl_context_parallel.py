@@ -4,21 +4,13 @@ file, line and field; prefill context parallelism is no field at all."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
+from tests.workloads.one_request import text
 from workloads import WorkloadError, loads
 from workloads.writer import dumps
-
-
-def text(config: dict[str, Any]) -> str:
-    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
-              "config": config}
-    request = {"type": "request", "request_id": "a", "arrival_step": 0,
-               "prompt": {"length": 20}, "max_tokens": 3}
-    return json.dumps(header) + "\n" + json.dumps(request) + "\n"
 
 
 def test_the_field_round_trips_and_scales_the_scheduler_block() -> None:
