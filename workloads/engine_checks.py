@@ -47,13 +47,13 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
     offloading = next((c for c in (model.kv_connector, *getattr(model.kv_connector,
                                                                 "connectors", ()))
                        if c is not None and c.type == "offloading"), None)
-    if (offloading is not None and retention
-            and any(g.type == "sliding_window" for g in model.kv_cache_groups)):
+    if (offloading is not None and retention  # (an interval has such a group, above)
+            and any(g.type in ("sliding_window", "mamba") for g in model.kv_cache_groups)):
         chunk = offloading.offloaded_block_size or model.block_size
         if retention % chunk:
             raise fail("prefix_cache_retention_interval", f"must be a multiple of the "
                        f"OffloadingConnector's chunk of {chunk} tokens beside a sliding window "
-                       f"(upstream's connector refuses it; got {retention})")
+                       f"or mamba group (upstream's connector refuses it; got {retention})")
     if model.per_request_spec_decode_metrics != "none" and not model.num_spec_tokens:
         raise fail("per_request_spec_decode_metrics", "needs num_spec_tokens > 0 (upstream "
                    "refuses per-request spec-decode metrics without speculative decoding)")

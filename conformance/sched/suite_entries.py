@@ -142,6 +142,14 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _variant("preemption-storm", "mamba-align-spec-decode",
                         "groups full + mamba (align), 2 draft tokens",
                         kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2, num_blocks=82)),
+    SuiteEntry("mamba-align-spec-decode-chunked", "speculative decoding (2 tokens) on full + "
+               "mamba ('align') with prompts in chunks of up to 64 tokens: a chunk moving the "
+               "state several blocks on moves the drafts' state blocks it passes to the table's "
+               "end instead of freeing them",
+               _variant("spec-decode", "mamba-align-spec-decode-chunked",
+                        "groups full + mamba (align), 2 draft tokens, 64-token budget",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2,
+                        max_num_batched_tokens=64)),
     SuiteEntry("dcp-multi-turn", "multi-turn conversations under decode context parallelism "
                "(2 ranks): blocks and hashes span 32 tokens",
                _variant("multi-turn", "dcp-multi-turn", "DCP 2",

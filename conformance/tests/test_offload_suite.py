@@ -49,8 +49,9 @@ def test_suite_workload_with_offload_reaches_exact(name: str, mode: str, pair: P
 
 def test_the_offload_suite_loads_from_the_cpu_tier(pair: Pair) -> None:
     """The suite's cut GPU pools make prefixes come back from the CPU (loads, external hits)
-    on the multi-turn and hybrid workloads, or the gate above would only check stores."""
-    for name in ("multi-turn", "hybrid-sliding-window"):
+    on the multi-turn and hybrid workloads (mamba 'align' states too, in the OffloadingConnector's
+    modes), or the gate above would only check stores."""
+    for name in ("multi-turn", "hybrid-sliding-window", "hybrid-mamba"):
         for mode in OFFLOAD_MODES:
             if left_out(name, mode) is not None or mode.startswith("pd"):  # no CPU tier
                 continue

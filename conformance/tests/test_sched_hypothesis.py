@@ -99,6 +99,26 @@ def test_generated_offloading_workloads_match_upstream_exactly(pair: Pair,
         "preemptions": a.preemptions})
 
 
+@given(offload_workloads(mamba_align=True))
+def test_generated_mamba_offload_workloads_match_upstream_exactly(pair: Pair,
+                                                                  workload: Workload) -> None:
+    """The CPU tier beside mamba 'align' groups: eager mode stores each state the cache keys
+    by its block, never from the table by position (`strategies.offload`)."""
+    _steered_exact(pair, workload, lambda a: {
+        "loads": a.loads, "external hits": min(a.external_hit_tokens, 512),
+        "preemptions": a.preemptions})
+
+
+@given(offloading_workloads(mamba_align=True))
+def test_generated_mamba_offloading_workloads_match_upstream_exactly(
+        pair: Pair, workload: Workload) -> None:
+    """The OffloadingConnector beside mamba 'align' groups: each state the cache keys is
+    stored by block, hits end on a mamba chunk and load one state (`strategies.offload`)."""
+    _steered_exact(pair, workload, lambda a: {
+        "loads": a.loads, "external hits": min(a.external_hit_tokens, 512),
+        "preemptions": a.preemptions})
+
+
 @given(pd_workloads())
 def test_generated_pd_workloads_match_upstream_exactly(pair: Pair, workload: Workload) -> None:
     """The NIXL P/D connector on (`strategies.pd`): steered toward pulls, reads of held

@@ -297,13 +297,15 @@ class SimpleCPUOffloadScheduler(OffloadStores):
 def lazy_target_blocks(kv_cache_config: KVCacheConfig, max_num_batched_tokens: int) -> int:
     """GPU blocks lazy mode keeps covered (free, or offloaded and so safe to evict) ahead of
     the allocator: one step's worth of blocks per group (a window's worth for sliding
-    windows), doubled as headroom."""
-    from impl.core.specs import SlidingWindowSpec
+    windows, two states for mamba), doubled as headroom."""
+    from impl.core.specs import MambaSpec, SlidingWindowSpec
 
     target = 0
     for group in kv_cache_config.kv_cache_groups:
         spec = group.kv_cache_spec
-        if isinstance(spec, SlidingWindowSpec):
+        if isinstance(spec, MambaSpec):
+            target += 2
+        elif isinstance(spec, SlidingWindowSpec):
             target += -(-spec.sliding_window // spec.block_size) + 1
         else:
             target += -(-max_num_batched_tokens // spec.block_size)

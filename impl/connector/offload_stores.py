@@ -6,7 +6,9 @@ and not async placeholders, hashed, not already on the CPU and not already being
 block computed in this step is stored by a later step (or, if the request finishes first, by
 the finish-time flush). Lazy mode stores nothing for running requests: it walks the GPU free
 queue in eviction order from where it stopped last time and copies the cached blocks that are
-about to be evicted, at most `target_free` blocks ahead of the allocator.
+about to be evicted, at most `target_free` blocks ahead of the allocator. Beside a mamba
+'align' group, eager mode also copies each state the cache offers with its block
+(`_boundary_stores`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.coordinator import KVCacheCoordinator
 from impl.core.hashing import hashes_at_block_size
+from impl.core.mamba_align import MambaAlignManager
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ class OffloadStores:
         batch = StoreBatch()
         gpu, cpu = self.gpu_pool, self.cpu_block_pool
         num_groups = len(self.group_block_sizes)
+        if output.boundary_states:
+            self._boundary_stores(output, batch)
         for req_id in sorted(output.preempted_req_ids or ()):
             state = self.reqs_to_store.get(req_id)
             if state is not None:  # it resumes with a whole new block table
@@ -88,6 +93,29 @@ class OffloadStores:
         batch.req_ids = list(dict.fromkeys(batch.req_ids))
         return batch
 
+    def _boundary_stores(self, output: SchedulerOutput, batch: StoreBatch) -> None:
+        """The mamba 'align' states the cache keyed this step (`output.boundary_states`),
+        each copied by its block (the table cannot be read by position), keyed on the CPU by
+        the block's own hash. A request finished or preempted in this step gives its offers
+        up (its blocks may be handed out already), and an offer the CPU pool has no room for
+        is dropped, not retried."""
+        gpu = self.gpu_pool
+        gone = (output.preempted_req_ids or set()) | output.finished_req_ids
+        num_free = self.cpu_block_pool.get_num_free_blocks()
+        for offer in output.boundary_states:
+            state = self.reqs_to_store.get(offer.request_id)
+            if state is None or state.finished or offer.request_id in gone:
+                continue
+            block = gpu.blocks[offer.block_id]
+            if not self._store_ready(block) or num_free <= 0:
+                continue
+            batch.gpu_block_ids.append(block.block_id)
+            batch.cpu_block_ids.append(self.cpu_block_pool.get_new_blocks(1)[0].block_id)
+            batch.req_ids.append(offer.request_id)
+            self.in_flight_store_gpu_blocks.add(block.block_id)
+            gpu.touch([block])
+            num_free -= 1
+
     def select_confirmed(self, state: StoreState, block_ids: tuple[list[int], ...],
                          ) -> tuple[list[int], list[int]]:
         """GPU blocks of `state`'s request ready to store, from each group's cursor up to its
@@ -104,6 +132,8 @@ class OffloadStores:
         for group, group_ids in enumerate(block_ids):
             if len(chosen) >= num_free:
                 break
+            if isinstance(self.cpu_coordinator.managers[group], MambaAlignManager):
+                continue  # its table nulls and relocates entries: `_boundary_stores` instead
             size = self.group_block_sizes[group]
             ready = min(len(group_ids), self._cacheable(confirmed) // size)
             hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)

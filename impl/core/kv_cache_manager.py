@@ -17,6 +17,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
+from impl.core.mamba_align import BoundaryState, MambaAlignManager
 from impl.core.specs import KVCacheConfig
 
 if TYPE_CHECKING:
@@ -289,6 +290,13 @@ class KVCacheManager:
         (`impl.core.partial_hits`); each block still holds its extra reference."""
         return [pair for manager in self.coordinator.managers
                 for pair in manager.take_pending_copies()]
+
+    def take_boundary_states(self) -> list[BoundaryState]:
+        """The mamba 'align' states keyed since the last call, for a KV connector to store
+        (`MambaAlignManager.offers_boundary_states`)."""
+        return [state for manager in self.coordinator.managers
+                if isinstance(manager, MambaAlignManager)
+                for state in manager.take_boundary_states()]
 
     def take_events(self) -> list[KVCacheEvent]:
         return self.block_pool.take_events()

@@ -35,6 +35,7 @@ requests from hitting it in that step; 0.33 skips a block already keyed there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR
@@ -47,6 +48,17 @@ from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryState:
+    """A mamba state the cache keyed: whose, which group and block, and the token count it
+    ends (the boundary a later hit would load it at)."""
+
+    request_id: str
+    group: int
+    block_id: int
+    boundary: int
 
 
 class MambaAlignManager(MambaManager):
@@ -65,6 +77,10 @@ class MambaAlignManager(MambaManager):
         self.allocated: set[str] = set()
         # Where each request's previous state lies, freed once processed past it.
         self.last_state_block_idx: dict[str, int] = {}
+        # States cached since the scheduler last took them, for a KV connector to store
+        # (`take_boundary_states`); recorded only when the scheduler has one.
+        self.offers_boundary_states = False
+        self.boundary_states: list[BoundaryState] = []
 
     @property
     def num_speculative_blocks(self) -> int:
@@ -188,7 +204,10 @@ class MambaAlignManager(MambaManager):
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
+        num_before = self.num_cached_block.get(request.request_id, 0)
         super().cache_blocks(request, block_hashes, num_tokens)
+        if self.offers_boundary_states:
+            self._offer_boundary_states(request.request_id, num_before)
         if self.hash_block_size < self.block_size:
             self._cache_prompt_tail_state(request, num_tokens)
         elif self.remarks_prompt_boundary:
@@ -242,7 +261,29 @@ class MambaAlignManager(MambaManager):
                 and blocks[index].block_hash == block_hashes[index]:
             self.cached_this_step.add(block_hashes[index])
 
+    def _offer_boundary_states(self, request_id: str, num_before: int) -> None:
+        """Offer each state this call keyed (null and unkept ones skipped), with the token
+        boundary it ends: a table that nulls and relocates its entries cannot be read by
+        position, so a connector stores these blocks, never the table's."""
+        blocks = self.req_to_blocks[request_id]
+        for index in range(num_before, self.num_cached_block.get(request_id, 0)):
+            block = blocks[index]
+            if not block.is_null and block.block_hash is not None:
+                self.boundary_states.append(BoundaryState(
+                    request_id, self.kv_cache_group_id, block.block_id,
+                    (index + 1) * self.block_size))
+
+    def take_boundary_states(self) -> list[BoundaryState]:
+        """The states offered since the last call (`_offer_boundary_states`)."""
+        taken, self.boundary_states = self.boundary_states, []
+        return taken
+
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        # Its blocks go back to the pool now: an offer not taken yet could name a block
+        # handed to another request before a connector reads it.
+        if self.boundary_states:
+            self.boundary_states = [s for s in self.boundary_states
+                                    if s.request_id != request_id]
         self.num_retired_blocks.pop(request_id, None)
         self.last_state_block_idx.pop(request_id, None)
         self.allocated.discard(request_id)

@@ -42,6 +42,7 @@ from impl.connector.types import (
 )
 from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
+from impl.core.mamba_align import MambaAlignManager
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.block_frees import BlockFrees
@@ -80,6 +81,10 @@ class ConnectorPaths(BlockFrees):
                     behaviour=config.behaviour)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
+        if self.connector is not None:  # it stores mamba 'align' states by block
+            for manager in self.kv_cache_manager.coordinator.managers:
+                if isinstance(manager, MambaAlignManager):
+                    manager.offers_boundary_states = True
         self.defer_block_free = settings is not None and config.async_scheduling
         self.sched_step_seq = 0
         self.processed_step_seq = 0
@@ -295,7 +300,9 @@ class ConnectorPaths(BlockFrees):
 
 def check_offload_supported(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
     """Configurations the twin's offload tier does not model, refused with the field to fix."""
-    if any(isinstance(g.kv_cache_spec, MambaSpec) for g in kv_cache_config.kv_cache_groups):
-        raise ValueError("kv_connector: CPU offload with mamba groups (boundary-state "
-                         "hand-offs) is not implemented by the twin; drop the connector")
+    if any(isinstance(g.kv_cache_spec, MambaSpec) and g.kv_cache_spec.mamba_cache_mode != "align"
+           for g in kv_cache_config.kv_cache_groups):
+        raise ValueError("kv_connector: CPU offload beside a mamba group not in 'align' mode is "
+                         "not implemented by the twin; use mamba_cache_mode 'align' or drop the "
+                         "connector")
 

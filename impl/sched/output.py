@@ -14,12 +14,16 @@ defaults live, and the dataclass still supplies equality and repr.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from impl.connector.multi_metadata import MultiMetadata
 from impl.connector.nixl_metadata import NixlMetadata
 from impl.connector.offloading.jobs import OffloadingMetadata
 from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
 from impl.sched.spec_stats import RequestSpecMetrics
+
+if TYPE_CHECKING:
+    from impl.core.mamba_align import BoundaryState
 
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
 PLACEHOLDER_DRAFT = -1
@@ -110,6 +114,9 @@ class SchedulerOutput:
     # Sub-block hits: (source, copy) block ids the worker copies before this step's forward
     # (`impl.core.partial_hits`); empty without.
     kv_cache_block_copies: list[tuple[int, int]]
+    # With a KV connector: the mamba 'align' states the cache keyed this step, for the
+    # connector to store by block (`impl.core.mamba_align.BoundaryState`); empty without.
+    boundary_states: list[BoundaryState]
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -134,6 +141,7 @@ class SchedulerOutput:
         self.pending_structured_output_tokens = False
         self.num_invalid_spec_tokens = {}
         self.kv_cache_block_copies = []
+        self.boundary_states = []
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,7 @@ class Scheduler(Admission):
             self.preempted_between_steps = set()
         output.free_encoder_mm_hashes = self.encoder_cache.get_freed_mm_hashes()
         if self.has_connector:
+            output.boundary_states = self.kv_cache_manager.take_boundary_states()
             output.kv_connector_metadata = (
                 self.connector.build_connector_meta(output) if self.connector is not None
                 else OffloadMetadata())

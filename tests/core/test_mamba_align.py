@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from impl.core.kv_cache_manager import KVCacheManager
-from impl.core.mamba_align import MambaAlignManager
+from impl.core.mamba_align import BoundaryState, MambaAlignManager
 from impl.core.specs import FullAttentionSpec, MambaSpec
 from impl.sched.request import Request
 from tests.core.helpers import admit, make_manager, make_request
@@ -222,3 +222,27 @@ def test_drafts_state_blocks_follow_the_state_to_the_end_of_the_table() -> None:
     manager.free(a)
     assert "a" not in mamba(manager).last_state_block_idx
     manager.check_integrity()
+
+
+def test_keyed_states_are_offered_by_block_with_their_boundary_until_the_request_frees() -> None:
+    """With a KV connector the scheduler takes, each step, the states the cache keyed: the
+    block (not its table position: the table nulls and retires entries) and the token count
+    it ends. Offers a request has not had taken go when it frees its blocks."""
+    manager = align_manager()
+    mamba(manager).offers_boundary_states = True
+    a = make_request("a", range(20))
+    admit(manager, a, 8)
+    assert manager.take_boundary_states() == [BoundaryState("a", 1, 3, 8)]
+    assert manager.take_boundary_states() == []
+    assert run_chunk(manager, a, 8) == [[4, 5], [0, 6]]
+    b = make_request("b", range(100, 120))
+    admit(manager, b, 4)
+    manager.free(a)
+    assert manager.take_boundary_states() == [BoundaryState("b", 1, 8, 4)]
+
+
+def test_no_offers_are_kept_without_a_connector() -> None:
+    manager = align_manager()
+    a = make_request("a", range(20))
+    admit(manager, a, 8)
+    assert manager.take_boundary_states() == []

@@ -123,7 +123,7 @@ def test_store_mask_under_sparse_retention_keeps_the_reachable_tails_only() -> N
                       retention_interval=0, boundaries=(22,)) == [True, False, False]
 
 
-def test_mamba_and_bounded_replay_groups_are_refused() -> None:
+def test_mamba_none_and_bounded_replay_groups_are_refused() -> None:
     for spec in (MambaSpec(block_size=4), SlidingWindowSpec(4, sliding_window=8,
                                                             bounded_replay=True)):
         config = KVCacheConfig(10, (KVCacheGroupSpec(("full",), FullAttentionSpec(4)),

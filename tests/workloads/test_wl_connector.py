@@ -114,3 +114,24 @@ def test_bad_offloading_input_is_one_line_naming_the_field(field: str) -> None:
     assert "\n" not in message
     assert message.startswith(f"w.jsonl:1: field 'config.kv_connector.{field}': "), message
     assert expected in message
+
+
+@pytest.mark.parametrize("group", [{"type": "sliding_window", "sliding_window": 32},
+                                   {"type": "mamba", "mamba_cache_mode": "align"}])
+def test_a_retention_interval_beside_a_windowed_group_is_whole_offloading_chunks(
+        group: dict[str, Any]) -> None:
+    """Upstream's OffloadingConnector refuses a retention interval that is not a whole number
+    of its chunks beside a group whose hit reads only its tail (a window, a mamba state; an
+    interval needs one of those): 48 tokens are three blocks but one and a half chunks of
+    32."""
+    config = {"kv_cache_groups": [{"type": "full"}, group],
+              "prefix_cache_retention_interval": 48,
+              "kv_connector": {**OFFLOADING, "offloaded_block_size": 32}}
+    with pytest.raises(WorkloadError) as caught:
+        loads(text(config), "w.jsonl")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("w.jsonl:1: field 'config.prefix_cache_retention_interval': ")
+    assert "chunk of 32 tokens beside a sliding window or mamba group" in message
+    config["prefix_cache_retention_interval"] = 64
+    assert loads(text(config)).config.prefix_cache_retention_interval == 64

@@ -1,9 +1,10 @@
 """Hypothesis strategy for workloads with the CPU offload tier on (issue 11).
 
 A drawn workload from `strategies.workloads` (without the layouts the twin's offload tier does
-not model: mamba groups, hashes finer than the block, no full-attention group, the continuum
-policy) gets a SimpleCPUOffloadConnector: a CPU pool from 4 blocks (smaller than anything the
-GPU caches: evictions on both tiers, and lazy offload's endless copying) to 256, eager or lazy,
+not model: mamba groups other than 'align' hashed by the block, no full-attention group, the
+continuum policy) gets a SimpleCPUOffloadConnector: a CPU pool from 4 blocks (smaller than
+anything the GPU caches: evictions on both tiers, and lazy offload's endless copying) to 256,
+eager or lazy,
 transfer latencies 0 to 3 steps, both failure policies, and on single-group layouts up to two
 planned load failures. Half the draws cut the GPU pool to just above the longest request, so
 prefixes leave the GPU and come back from the CPU (loads), which is where the tier's bugs live.
@@ -24,20 +25,25 @@ from workloads.model import KVConnectorConfig, LoadFailure, Workload
 
 
 def offloadable(workload: Workload) -> bool:
+    """Layouts the twin's CPU tier models: full attention beside anything but mamba in a mode
+    other than 'align' or hashed finer than the block (its states are stored by block)."""
     config = workload.config
     kinds = {g.type for g in config.kv_cache_groups}
-    return ("full" in kinds and "mamba" not in kinds and config.policy != "continuum"
+    mamba_ok = all(g.mamba_cache_mode == "align" for g in config.kv_cache_groups
+                   if g.type == "mamba") and config.hash_block_size in (None, config.block_size)
+    return ("full" in kinds and ("mamba" not in kinds or mamba_ok)
+            and config.policy != "continuum"
             and config.decode_context_parallel_size == 1  # DCP with a connector: not modelled
             and not any(g.bounded_replay or g.type == "circular_buffer"
                         for g in config.kv_cache_groups)
             and config.spec_method != "eagle")
 
 
-def draw_gpu_pool(draw: Any, workload: Workload) -> int:
-    """The GPU pool: as drawn, or (half the draws) cut to just above what the longest request
-    needs, so prefixes leave the GPU and come back from the CPU tier."""
+def draw_gpu_pool(draw: Any, workload: Workload, always_tight: bool = False) -> int:
+    """The GPU pool: as drawn, or (half the draws, or always) cut to just above what the
+    longest request needs, so prefixes leave the GPU and come back from the CPU tier."""
     config = workload.config
-    if not draw(st.booleans(), label="tight GPU pool"):
+    if not always_tight and not draw(st.booleans(), label="tight GPU pool"):
         return config.num_blocks
     longest = max(r.prompt_len + r.max_tokens for r in workload.requests)
     need = -(-longest // config.block_size) * len(config.kv_cache_groups) + 1
@@ -46,10 +52,15 @@ def draw_gpu_pool(draw: Any, workload: Workload) -> int:
 
 
 @st.composite
-def offload_workloads(draw: Any, max_requests: int = 10) -> Workload:
-    workload: Workload = draw(workloads(max_requests).filter(offloadable))
+def offload_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -> Workload:
+    """`mamba_align`: mamba 'align' hybrids only, caching on, a tight GPU pool and prompts sent
+    again (`draw_resends`), where the tier's states are stored by block and loaded back."""
+    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align)
+                              .filter(offloadable))
+    if mamba_align:
+        workload = draw_resends(draw, workload)
     config = workload.config
-    num_blocks = draw_gpu_pool(draw, workload)
+    num_blocks = draw_gpu_pool(draw, workload, always_tight=mamba_align)
     max_failures = 2 if len(config.kv_cache_groups) == 1 else 0
     failures = draw(st.lists(st.builds(LoadFailure, st.integers(0, 4), st.integers(0, 3)),
                              max_size=max_failures), label="load failures")
@@ -74,18 +85,24 @@ def offload_workloads(draw: Any, max_requests: int = 10) -> Workload:
 
 def offloading_capable(workload: Workload) -> bool:
     """Layouts the twin's OffloadingConnector models: full attention (reference windows are
-    full attention to it), sliding windows (not bounded replay's) and chunked-local groups,
-    in any mix, a window alone included (no EAGLE drafter: a connector with one is not
-    modelled). The layouts' small windows (half a block to three) beside chunks of up to
-    three blocks make the sparse stores (`impl.connector.offloading.windows`) sparse."""
-    return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
-                and not g.bounded_replay for g in workload.config.kv_cache_groups)
-            and workload.config.spec_method != "eagle"
-            and workload.config.decode_context_parallel_size == 1)
+    full attention to it), sliding windows (not bounded replay's), chunked-local groups and
+    mamba 'align' groups (their states stored by block as the cache keys them) with hashes
+    of a whole block, in any mix, a window alone included (no EAGLE drafter: a connector
+    with one is not modelled). The layouts' small windows (half a block to three) beside
+    chunks of up to three blocks make the sparse stores (`impl.connector.offloading.windows`)
+    sparse."""
+    config = workload.config
+    return (all((g.type in ("full", "reference_window", "sliding_window", "chunked_local")
+                 or (g.type == "mamba" and g.mamba_cache_mode == "align"
+                     and config.hash_block_size in (None, config.block_size)))
+                and not g.bounded_replay for g in config.kv_cache_groups)
+            and config.spec_method != "eagle"
+            and config.decode_context_parallel_size == 1)
 
 
 @st.composite
-def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
+def offloading_workloads(draw: Any, max_requests: int = 10,
+                         mamba_align: bool = False) -> Workload:
     """A drawn workload with upstream's OffloadingConnector: a CPU tier from 2 chunks (every
     store evicts, and stores are refused whole) to 128, chunks of 1 to 3 GPU blocks, LRU or
     ARC, a store threshold (0: off) or 2 to 3 offers, prompt-only or all chunks, transfer
@@ -93,14 +110,19 @@ def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
     so prefixes come back from the CPU (loads, and requests waiting for another's load); up to
     two operator resets of the prefix cache and the connector's cache
     (`draw_connector_resets`; 0.33 then waits for the flushed jobs' reports,
-    `Behaviour.offloading_reset_fence`)."""
-    workload: Workload = draw(workloads(max_requests).filter(offloading_capable))
+    `Behaviour.offloading_reset_fence`). `mamba_align`: mamba 'align' hybrids only (their
+    states stored and loaded by block)."""
+    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align)
+                              .filter(offloading_capable))
+    if mamba_align:
+        workload = draw_resends(draw, workload)
     config = workload.config
-    num_blocks = draw_gpu_pool(draw, workload)
+    num_blocks = draw_gpu_pool(draw, workload, always_tight=mamba_align)
     # Beside a window, a retention interval must be a whole number of chunks (upstream's
     # connector refuses it otherwise, and so does the workload format).
     retention = config.prefix_cache_retention_interval or 0
-    windowed = any(g.type == "sliding_window" for g in config.kv_cache_groups)
+    windowed = any(g.type in ("sliding_window", "mamba")
+                   for g in config.kv_cache_groups)
     blocks_per_chunk = draw(st.sampled_from(
         [b for b in (1, 2, 3) if not windowed or (retention // config.block_size) % b == 0]),
         label="blocks per chunk")
@@ -122,6 +144,20 @@ def offloading_workloads(draw: Any, max_requests: int = 10) -> Workload:
         controls=tuple(sorted((*workload.controls, *draw_connector_resets(draw, workload)),
                               key=lambda c: c.step)))
     return offloading
+
+
+def draw_resends(draw: Any, workload: Workload, max_resends: int = 3) -> Workload:
+    """Up to `max_resends` of the workload's prompts sent again later (the original's
+    settings, a new id). A mamba 'align' state is kept only where a chunk ended, so a hit
+    beside one mostly comes from the same prompt again: the block-aligned boundary before its
+    last token, where the first request's chunk ended."""
+    requests = list(workload.requests)
+    parents = draw(st.lists(st.sampled_from(requests), max_size=max_resends), label="resends")
+    for index, parent in enumerate(parents, len(requests)):
+        requests.append(replace(parent, request_id=f"r{index}",
+                                arrival_step=parent.arrival_step + draw(
+                                    st.integers(1, 40), label="resend gap")))
+    return replace(workload, requests=tuple(sorted(requests, key=lambda r: r.arrival_step)))
 
 
 def draw_connector_resets(draw: Any, workload: Workload,

@@ -112,11 +112,13 @@ def _mamba_align(groups: tuple[KVCacheGroup, ...]) -> bool:
 
 
 @st.composite
-def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> EngineConfig:
+def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
+                   mamba_align: bool = False) -> EngineConfig:
     """`sub_block`: only mamba 'align' hybrids with hashes finer than the block (hits that end
     inside a block, `impl.core.partial_hits`; with a window group too, which turns the hits
     off but not the copy of a producer's prompt-tail state). `dcp`: full attention under
-    decode context parallelism (blocks of 2 or 4 ranks' tokens)."""
+    decode context parallelism (blocks of 2 or 4 ranks' tokens). `mamba_align`: only mamba
+    'align' hybrids hashed by the block (what a KV connector beside mamba runs)."""
     block_size = draw(st.sampled_from((16, 16, 32)), label="block_size")
     max_model_len = draw(st.sampled_from((64, 128, 256)), label="max_model_len")
     chunked = draw(st.booleans(), label="chunked_prefill")
@@ -128,8 +130,9 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
     budget = max(budget, max_num_seqs)
     groups = (_groups(draw, block_size, ("mamba", "mamba", "mamba", "window+mamba"),
                       align_only=True)
-              if sub_block else _groups(draw, block_size, ("full", "full", "mamba") if dcp
-                                        else LAYOUTS, align_only=dcp))
+              if sub_block or mamba_align
+              else _groups(draw, block_size, ("full", "full", "mamba") if dcp else LAYOUTS,
+                           align_only=dcp))
     # Every group of the one shared pool can hold a full-length request (plus a block of
     # slack), or admission could wait forever on both systems alike.
     align = _mamba_align(groups)
@@ -139,7 +142,7 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
         spec if any(g.type == "mamba" for g in groups) else 0)
     # Upstream hashes a single group at its block size only (its unitary coordinator asserts).
     # With mamba 'align', finer hashes give sub-block hits: drawn more often and finer.
-    hash_block = None if len(groups) == 1 or dcp else draw(
+    hash_block = None if len(groups) == 1 or dcp or mamba_align else draw(
         st.sampled_from((block_size // 2, block_size // 4, block_size // 8) if sub_block
                         else (None, block_size // 2, block_size // 4, block_size // 8) if align
                         else (None, None, block_size // 2)), label="hash_block_size")
@@ -160,7 +163,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False) -> Eng
     data_parallel = interval > 1 and draw(st.booleans(), label="data_parallel")
     threshold = draw(st.sampled_from((0, 0, 16, 40) if spec else (0, 0, 1, 16, 40)),
                      label="threshold")
-    caching = sub_block or dcp and align or draw(st.booleans(), label="prefix_caching")
+    caching = (sub_block or mamba_align or dcp and align
+               or draw(st.booleans(), label="prefix_caching"))
     dcp_size = context_parallel_sizes(draw, groups, hash_block, caching, always=dcp)
     return EngineConfig(
         block_size=block_size,
@@ -285,9 +289,9 @@ def _plan(draw: Any, config: EngineConfig, request: RequestSpec) -> PlanSpec | N
 
 @st.composite
 def workloads(draw: Any, max_requests: int = 10, sub_block: bool = False,
-              dcp: bool = False) -> Workload:
-    """`sub_block`, `dcp`: configs of `engine_configs(sub_block=True)`, `(dcp=True)`."""
-    config = draw(engine_configs(sub_block, dcp))
+              dcp: bool = False, mamba_align: bool = False) -> Workload:
+    """`sub_block`, `dcp`, `mamba_align`: configs of `engine_configs` with that flag."""
+    config = draw(engine_configs(sub_block, dcp, mamba_align))
     token_seed = draw(st.integers(0, 3), label="token_seed")
     count = draw(st.integers(1, max_requests), label="num_requests")
     requests: list[RequestSpec] = []

@@ -47,12 +47,15 @@ class Lookups:
     chunks_being_loaded: set[OffloadKey] | None
     lookup_groups: tuple[int, ...]  # `lookup_order`, fixed at construction
     windowed_groups: tuple[int, ...]
+    mamba_align_size: int | None  # `windows.mamba_align_tokens`
 
     def _lookup(self, state: RequestOffload) -> int | None:
         """The hit past the local one in tokens (0: none), or None to ask again next step."""
         order, windowed = self.lookup_groups, self.windowed_groups
         num_local = state.num_local_tokens
         max_hit = state.request.num_tokens - (1 if windowed else 0)
+        if windowed and self.mamba_align_size is not None:
+            max_hit -= max_hit % self.mamba_align_size  # a mamba state ends a whole chunk
         num_hit = 0
         deferred = False
         pending: tuple[int, ...] = order

@@ -25,9 +25,10 @@ Lookups live in `lookup` (`Lookups`), stores in `stores` (`StoreOffers`), the jo
 and their completions in `job_book` (`JobBook`); this module keeps loads, the step's
 bookkeeping and resets.
 
-Full-attention, sliding-window and chunked-local groups are twinned (windowed lookups and
-sparse stores: `windows`); mamba groups (partial-tail hand-offs) are not, and
-`check_offloading_supported` says so; nor are EAGLE/MTP drafter groups (the workload format
+Full-attention, sliding-window, chunked-local and mamba 'align' groups are twinned (windowed
+lookups and sparse stores: `windows`; a mamba state is stored by the block the cache offers,
+`stores`); mamba partial tails (hashes finer than the block) are not, nor mamba in another
+mode (`check_offloading_supported` says so), nor EAGLE/MTP drafter groups (the workload format
 has no drafter with a connector), tiering backends (they need their storage services) or the
 per-request `kv_transfer_params` caps (the workload format has no such field).
 """
@@ -49,7 +50,11 @@ from impl.connector.offloading.lookup import Lookups, lookup_order
 from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
-from impl.connector.offloading.windows import is_offloadable, window_in_chunks
+from impl.connector.offloading.windows import (
+    is_offloadable,
+    mamba_align_tokens,
+    window_in_chunks,
+)
 from impl.connector.types import OffloadingSettings
 from impl.core.specs import KVCacheConfig
 from vtwin.errors import ReleaseCheckFailed
@@ -70,8 +75,8 @@ def check_offloading_supported(kv_cache_config: KVCacheConfig, hash_block_size: 
         if not is_offloadable(group.kv_cache_spec):
             raise ValueError(f"kv_connector: the OffloadingConnector with a "
                              f"{group.kv_cache_spec.type_id} group (group {index}) is not "
-                             "implemented by the twin; full-attention, sliding-window and "
-                             "chunked-local groups are")
+                             "implemented by the twin; full-attention, sliding-window, "
+                             "chunked-local and mamba 'align' groups are")
         if group.kv_cache_spec.block_size % hash_block_size:
             raise ValueError(f"kv_connector: group {index}'s block size is not a multiple of "
                              f"hash_block_size {hash_block_size}")
@@ -104,6 +109,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
         self.retention_interval = kv_cache_config.prefix_cache_retention_interval
         self.alignment_tokens = _alignment_tokens(self.shapes)
         self.lookup_groups, self.windowed_groups = lookup_order(self.shapes)
+        self.mamba_align_size = mamba_align_tokens(self.shapes)
         self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
         self.manager = CPUOffloadingManager(
             settings.num_cpu_chunks, settings.eviction_policy,
@@ -209,7 +215,9 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                 self.batch_allocated):
             for block_id in self.batch_allocated:
                 self.batch_flush.update(self.watched_blocks.get(block_id, ()))
-        meta = OffloadingMetadata(self.batch_loads, self._store_jobs(output), self.batch_flush)
+        stores = self._boundary_store_jobs(output) if output.boundary_states else {}
+        stores.update(self._store_jobs(output))
+        meta = OffloadingMetadata(self.batch_loads, stores, self.batch_flush)
         for req_id in output.finished_req_ids:
             state = self.requests.get(req_id)
             if state is None:

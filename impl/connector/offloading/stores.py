@@ -13,6 +13,10 @@ retention before the replay boundary and a shared prefix's junction); once a req
 finished past its prompt, its last partial segment is looked at again. A windowed group's
 blocks are watched from the store on (the window frees them while the request runs), the
 others only once the request has finished.
+
+A mamba 'align' group offers no chunks here: the cache offers each state it keys with its
+block (`BoundaryState`), and each one that ends a chunk is stored in a job of its own, made
+before the chunk stores (`_boundary_store_jobs`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ from typing import TYPE_CHECKING
 from impl.behaviour import Behaviour
 from impl.connector.offloading.job_book import JobBook
 from impl.connector.offloading.jobs import GPUBlocks, JobStatus, TransferJob
-from impl.connector.offloading.keys import OffloadKey
+from impl.connector.offloading.keys import OffloadKey, offload_key
 from impl.connector.offloading.request_state import GroupShape, GroupState, RequestOffload
 from impl.connector.offloading.windows import store_mask
 from impl.connector.types import OffloadingSettings
 from impl.core.single_type_manager import reachable_boundaries
-from impl.core.specs import SlidingWindowSpec
+from impl.core.specs import MambaSpec, SlidingWindowSpec
 
 if TYPE_CHECKING:
+    from impl.core.mamba_align import BoundaryState
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
 
@@ -68,8 +73,9 @@ class StoreOffers(JobBook):
             for shape, group in zip(self.shapes, state.groups, strict=True):
                 span = self._store_range(state, shape, group, num_tokens, prompt_chunks_tokens)
                 ranges.append((span.start, span.stop))
-                offered.extend(self._offered(state, shape, group, span,
-                                             prompt_chunks_tokens // shape.tokens_per_chunk))
+                if not isinstance(shape.spec, MambaSpec):  # its states: `_boundary_store_jobs`
+                    offered.extend(self._offered(
+                        state, shape, group, span, prompt_chunks_tokens // shape.tokens_per_chunk))
             if not offered:
                 state.advance_stored(self.shapes, num_tokens, per_chunk)
                 continue
@@ -117,6 +123,47 @@ class StoreOffers(JobBook):
                     self.watched_blocks.setdefault(block_id, set()).add(job_id)
                     if block_id in self.batch_allocated:
                         self.batch_flush.add(job_id)
+        return jobs
+
+    def _boundary_store_jobs(self, output: SchedulerOutput) -> dict[int, TransferJob]:
+        """One store job per mamba state the cache keyed this step (`output.boundary_states`,
+        by request in the order first offered), if it ends on one of its group's chunks
+        within what the request may offload. A state's block leaves the table as the request
+        moves on, so it is watched from the store on."""
+        jobs: dict[int, TransferJob] = {}
+        by_request: dict[str, list[BoundaryState]] = {}
+        for offer in output.boundary_states:
+            by_request.setdefault(offer.request_id, []).append(offer)
+        for req_id, offers in by_request.items():
+            state = self.requests.get(req_id)
+            if state is None:
+                continue
+            request = state.request
+            limit = request.num_prompt_tokens if self.settings.offload_prompt_only \
+                else request.num_tokens
+            for offer in offers:
+                shape = self.shapes[offer.group]
+                if offer.block_id == 0 or offer.boundary > limit \
+                        or offer.boundary % shape.tokens_per_chunk:
+                    continue
+                hash_block = shape.tokens_per_chunk // shape.hashes_per_chunk
+                key = offload_key(request.block_hashes[offer.boundary // hash_block - 1],
+                                  offer.group)
+                state.context.set_position(key, offer.boundary)
+                plan = self.manager.prepare_store([key], state.context)
+                if plan is None or not plan.keys:
+                    continue
+                job_id = self._new_job_id()
+                state.jobs.add(job_id)
+                self.watched_blocks.setdefault(offer.block_id, set()).add(job_id)
+                self.jobs[job_id] = JobStatus(req_id, 1, {key}, is_store=True,
+                                              fence=(offer.block_id,))
+                sizes = [0] * len(self.shapes)
+                starts = [0] * len(self.shapes)
+                sizes[offer.group] = 1
+                starts[offer.group] = offer.boundary // shape.tokens_per_block - 1
+                jobs[job_id] = TransferJob(req_id, GPUBlocks((offer.block_id,), tuple(sizes),
+                                                             tuple(starts)), plan.chunk_ids)
         return jobs
 
     def _store_range(self, state: RequestOffload, shape: GroupShape, group: GroupState,

@@ -1,4 +1,4 @@
-"""Windowed groups in the CPU tier: sliding-window and chunked-local attention.
+"""Windowed groups in the CPU tier: sliding-window and chunked-local attention, and mamba.
 
 A windowed layer reads only the tokens of its window, so a hit needs only the chunks just
 before where it ends, not the whole prefix:
@@ -10,12 +10,15 @@ before where it ends, not the whole prefix:
   sliding window: `load_window`.
 * **Looking it up.** From the right end of the candidate range, the first run of that many
   chunks all present decides the hit (`window_lookup`); chunks left of it may be missing. A
-  chunk still being written counts toward the run but defers the answer.
+  chunk still being written counts toward the run but defers the answer. A mamba 'align'
+  group needs one chunk (the state where the hit ends), and a hit beside it ends on a whole
+  chunk of it (`mamba_align_tokens`).
 * **What is worth storing.** With a full-attention group beside it, every hit ends on a
   full-attention chunk boundary (`alignment_tokens`), so only the sliding window's blocks
   just before each boundary can ever be loaded back, plus the tail before the end of the
   request's last segment (its prompt while it prefills, its end once finished): `store_mask`.
-  Chunked-local groups store every chunk.
+  Chunked-local groups store every chunk; a mamba group every state, or under sparse
+  retention the states ending each segment and at the reachable boundaries.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from impl.core.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 
 if TYPE_CHECKING:
     from impl.connector.offloading.manager import CPUOffloadingManager
+    from impl.connector.offloading.request_state import GroupShape
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -41,10 +46,12 @@ def _cdiv(a: int, b: int) -> int:
 
 def is_offloadable(spec: KVCacheSpec) -> bool:
     """Group kinds the twin's OffloadingConnector models: full attention (a reference window
-    is one), sliding windows (not bounded replay's, which keep no prefix cache) and
-    chunked-local attention."""
+    is one), sliding windows (not bounded replay's, which keep no prefix cache), chunked-local
+    attention and mamba in 'align' mode (its states cached at block boundaries)."""
     if isinstance(spec, SlidingWindowSpec):
         return not spec.bounded_replay
+    if isinstance(spec, MambaSpec):
+        return spec.mamba_cache_mode == "align"
     return isinstance(spec, FullAttentionSpec | ChunkedLocalAttentionSpec)
 
 
@@ -55,7 +62,18 @@ def window_in_chunks(spec: KVCacheSpec, tokens_per_chunk: int) -> int | None:
                    _cdiv(spec.sliding_window - 1, tokens_per_chunk))
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return _cdiv(spec.attention_chunk_size, tokens_per_chunk)
+    if isinstance(spec, MambaSpec):
+        return 1  # one state, the one at the hit's end
     return None
+
+
+def mamba_align_tokens(shapes: Sequence[GroupShape]) -> int | None:
+    """Where a hit beside a mamba 'align' group must end: on a whole chunk of that group (its
+    state is only kept at chunk ends). None: no such group."""
+    sizes = {shape.tokens_per_chunk for shape in shapes
+             if isinstance(shape.spec, MambaSpec) and shape.spec.mamba_cache_mode == "align"}
+    assert len(sizes) <= 1, "mamba groups share one block size"
+    return sizes.pop() if sizes else None
 
 
 def load_window(spec: KVCacheSpec, window: int | None, tokens_per_chunk: int,
@@ -104,6 +122,10 @@ def store_mask(spec: KVCacheSpec, start_block: int, end_block: int, *,
     run before the end of the last segment (`final_end_block`, when that segment is partial),
     or, with a retention interval, in the run before each of `boundaries` (the prompt's last
     token and a shared prefix's junction), each rounded down to an alignment."""
+    if isinstance(spec, MambaSpec):
+        return _mamba_store_mask(spec.block_size, start_block, end_block,
+                                 alignment_tokens=alignment_tokens,
+                                 retention_interval=retention_interval, boundaries=boundaries)
     if not isinstance(spec, SlidingWindowSpec) or alignment_tokens is None:
         return None
     block_size = spec.block_size
@@ -129,4 +151,27 @@ def store_mask(spec: KVCacheSpec, start_block: int, end_block: int, *,
             end = boundary // alignment_tokens * alignment_tokens // block_size
             for index in range(max(start_block, end - needed), min(end_block, end)):
                 mask[index - start_block] = True
+    return mask
+
+
+def _mamba_store_mask(block_size: int, start_block: int, end_block: int, *,
+                      alignment_tokens: int | None, retention_interval: int | None,
+                      boundaries: Sequence[int]) -> list[bool] | None:
+    """A mamba hit reads the one state block ending where it ends. Dense caching (no
+    retention interval) keeps every block; sparse retention keeps the state ending each
+    segment of the interval (none with 0) and the state at each reachable boundary rounded
+    down to an alignment."""
+    if retention_interval is None or alignment_tokens is None:
+        return None
+    mask = [False] * (end_block - start_block)
+    if retention_interval:
+        per_segment = retention_interval // block_size
+        if per_segment <= 1:
+            return None  # every block ends a segment
+        for index in range(start_block, end_block):
+            mask[index - start_block] = (index + 1) % per_segment == 0
+    for boundary in boundaries:
+        block = boundary // alignment_tokens * alignment_tokens // block_size - 1
+        if start_block <= block < end_block:
+            mask[block - start_block] = True
     return mask
