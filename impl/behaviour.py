@@ -101,6 +101,14 @@ class Behaviour:
     block. 0.32 hashes the block alone and drops the last block of every hit
     (`impl.core.hit_search`). Seen on `eagle-multi-turn`: 0.33's hits are one block longer."""
 
+    eagle_junction_block_below: bool
+    """0.33, an EAGLE drafter whose hits give up their last block (with a KV connector, where
+    0.33 keeps the block drop): under sparse retention the block below a shared prefix's
+    junction is kept reachable too (a sibling that parts right after the junction cannot use
+    the block past it, so its hit lands a block lower); 0.32 keeps the junction alone. Seen
+    on `eagle-hybrid-sliding-window-retention0` with `--offload eager`: 0.33 caches one more
+    window block before the junction."""
+
     encoder_budget_cut_without_lookahead: bool
     """0.33, a multimodal request with an EAGLE drafter (which reads one token past the chunk):
     a chunk cut because the encoder cannot take an item ends just before the item and is
@@ -154,6 +162,7 @@ BEHAVIOUR_0_32 = Behaviour(
     encoder_budget_cut_without_lookahead=False,
     offloading_reset_fence=False,
     eagle_lookahead_block_hashes=False,
+    eagle_junction_block_below=False,
     offloading_notes_every_allocation=False,
     offloading_skips_chunks_with_holes=False,
 )
@@ -174,6 +183,7 @@ BEHAVIOUR_0_33 = Behaviour(
     encoder_budget_cut_without_lookahead=True,
     offloading_reset_fence=True,
     eagle_lookahead_block_hashes=True,
+    eagle_junction_block_below=True,
     offloading_notes_every_allocation=True,
     offloading_skips_chunks_with_holes=True,
 )

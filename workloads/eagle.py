@@ -4,7 +4,8 @@ An EAGLE head drafts from the target model's hidden states and writes the KV of 
 each chunk into the chunk's last block, so prefix-cache hits give up their last block; its
 lookahead slots are one per draft token, and it reads one prompt token past each chunk (which
 moves encoder scheduling for multimodal inputs). Modelled beside full attention, sliding
-windows and reference windows, without a KV connector."""
+windows and reference windows, with or without a KV connector (whose hits give up their last
+block too)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,4 @@ def eagle_lookahead(model: EngineConfigModel, fail: Callable[[str, str], Workloa
             raise fail(f"kv_cache_groups[{index}]", f"a {group.type!r} group with spec_method "
                        "'eagle' is not modelled (upstream drops mamba checkpoints too and "
                        "refuses chunked local attention at the first lookup)")
-    if model.kv_connector is not None:
-        raise fail("kv_connector", "not modelled yet with spec_method 'eagle'")
     return k

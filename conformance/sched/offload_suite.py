@@ -54,11 +54,6 @@ NOT_OFFLOADED: dict[str, str] = {
     "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-push": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-hybrid": "a P/D pair runs the NIXL connector already, on both instances",
-    "eagle-multi-turn": "EAGLE with a connector is not modelled (the workload format refuses "
-                        "it)",
-    "eagle-multimodal": "EAGLE with a connector is not modelled",
-    "eagle-hybrid-sliding-window": "EAGLE with a connector is not modelled",
-    "eagle-hybrid-sliding-window-retention0": "EAGLE with a connector is not modelled",
     "dcp-multi-turn": "DCP with a connector is not modelled (the workload format refuses it)",
     "dcp-eagle-preemption-storm": "DCP and EAGLE with a connector are not modelled",
     "dcp-hybrid-mamba": "DCP with a connector is not modelled",

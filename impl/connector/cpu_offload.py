@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 class SimpleCPUOffloadScheduler(OffloadStores):
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, max_num_batched_tokens: int,
+                 use_eagle: bool = False,
                  behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
         super().__init__()
         self.settings = settings
@@ -59,9 +60,10 @@ class SimpleCPUOffloadScheduler(OffloadStores):
                                  ) if behaviour.offload_lookup_chunk_aligned else ()
         cpu_config = KVCacheConfig(settings.num_cpu_blocks, kv_cache_config.kv_cache_groups,
                                    kv_cache_config.prefix_cache_retention_interval)
+        # With EAGLE's block drop, a CPU hit gives up its last block as a GPU hit does.
         self.cpu_coordinator = get_kv_cache_coordinator(
             cpu_config, enable_caching=True, hash_block_size=hash_block_size,
-            enable_kv_cache_events=False)
+            enable_kv_cache_events=False, use_eagle=use_eagle)
         self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool
         self.num_cpu_blocks = settings.num_cpu_blocks
         self.block_size = self.cpu_coordinator.scheduler_block_size

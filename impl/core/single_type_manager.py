@@ -81,6 +81,9 @@ class SingleTypeKVCacheManager:
         # An EAGLE drafter (set by the coordinator): hits give up their last block, so a hit
         # may end one block past the aligned prefix and the prompt's whole tail is reachable.
         self.use_eagle = False
+        # 0.33 (`Behaviour.eagle_junction_block_below`, set by the scheduler): with EAGLE, the
+        # block below a shared prefix's junction is reachable too.
+        self.eagle_junction_block_below = False
         # Sub-block hits (set by the coordinator, `impl.core.partial_hits`): a hit may end
         # inside a block, whose shared content the request then copies into a block of its own.
         self.partial_hits = False
@@ -231,7 +234,12 @@ class SingleTypeKVCacheManager:
     def reachable_boundaries(self, request: Request) -> tuple[int, ...]:
         """`reachable_boundaries` for this group: with EAGLE's block drop, at the scheduler
         block (the hit alignment: EAGLE goes without sub-block hits)."""
-        return reachable_boundaries(request, self.cache_hit_alignment if self.use_eagle else 0)
+        boundaries = reachable_boundaries(request,
+                                          self.cache_hit_alignment if self.use_eagle else 0)
+        junction = request.shared_prefix_boundary
+        if junction and self.use_eagle and self.eagle_junction_block_below:
+            return (*boundaries, junction - self.block_size)
+        return boundaries
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              boundaries: tuple[int, ...]) -> list[bool] | None:

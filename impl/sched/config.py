@@ -169,8 +169,9 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
 
 def check_eagle(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
     """EAGLE drafting as far as the twin runs it, refused otherwise with one line: not with
-    mamba groups (upstream drops their checkpoint block too, not modelled), chunked local
-    attention (upstream refuses it at the first lookup) or a KV connector (not modelled)."""
+    mamba groups (upstream drops their checkpoint block too, not modelled) or chunked local
+    attention (upstream refuses it at the first lookup). With a KV connector the block drop
+    applies to its hits too (`use_eagle_block_drop`, which a connector keeps on in 0.33)."""
     if not config.use_eagle:
         return
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -178,6 +179,3 @@ def check_eagle(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None
         if isinstance(spec, MambaSpec | ChunkedLocalAttentionSpec):
             raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with an EAGLE "
                              "drafter is not implemented by the twin (spec_method 'ngram')")
-    if config.kv_connector is not None:
-        raise ValueError("kv_connector: a KV connector with an EAGLE drafter is not "
-                         "implemented by the twin (spec_method 'ngram')")

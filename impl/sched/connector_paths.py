@@ -78,7 +78,7 @@ class ConnectorPaths(BlockFrees):
                 cpu_tier = SimpleCPUOffloadScheduler(
                     settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
                     max_num_batched_tokens=config.max_num_batched_tokens,
-                    behaviour=config.behaviour)
+                    use_eagle=config.use_eagle_block_drop, behaviour=config.behaviour)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
         if self.connector is not None:  # it stores mamba 'align' states by block

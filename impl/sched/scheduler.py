@@ -78,6 +78,9 @@ class Scheduler(Admission):
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
         )
+        for manager in self.kv_cache_manager.coordinator.managers:
+            manager.eagle_junction_block_below = \
+                scheduler_config.behaviour.eagle_junction_block_below
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)
         self.max_num_encoder_input_tokens = encoder_budget

@@ -173,6 +173,7 @@ def test_presets_by_release() -> None:
                                        "encoder_budget_cut_without_lookahead": True,
                                        "offloading_reset_fence": True,
                                        "eagle_lookahead_block_hashes": True,
+                                       "eagle_junction_block_below": True,
                                        "offloading_skips_chunks_with_holes": True,
                                        "offloading_notes_every_allocation": True}
     assert not any(BEHAVIOUR_0_32.switches.values())

@@ -110,3 +110,25 @@ def test_a_hit_loads_the_full_chunks_and_the_one_state_at_its_end() -> None:
         (3, 4, 2, 1), (3, 1), (0, 2))
     assert scheduler.requests["b"].num_computed_tokens == 12
     assert scheduler.kv_cache_manager.get_block_ids("b") == ([3, 4, 2], [0, 0, 1])
+
+
+def test_a_hit_must_end_on_a_whole_mamba_chunk_before_the_prompts_last_token() -> None:
+    """Chunks of two blocks (8 tokens). a's 16-token prompt stores the state at 16 (a whole
+    chunk); a filler evicts part of a's GPU blocks. b resends the prompt: its hit must stop
+    before token 16, and a mamba state only exists at chunk ends, so it is rounded down to 8,
+    which the GPU still holds: no load. Loading the state at 16 for a 15-token hit would
+    resume the recurrence one token too far."""
+    scheduler = mamba_scheduler(num_blocks=9, blocks_per_chunk=2)
+    pending: tuple[int, ...] = ()
+    stored = []
+    for name, prompt, max_tokens in (("a", range(10, 26), 2), ("filler", range(100, 115), 1)):
+        scheduler.add_request(make_request(name, prompt, BLOCK, max_tokens=max_tokens))
+        for _ in range(4):
+            output, meta = run_step(scheduler, done=pending)
+            stored.extend(output.boundary_states)
+            pending = tuple(meta.store_jobs)
+    assert BoundaryState("a", 1, 6, 16) in stored
+    scheduler.add_request(make_request("b", range(10, 26), BLOCK, max_tokens=1))
+    _, meta = run_step(scheduler, done=pending)
+    assert meta.load_jobs == {}
+    assert scheduler.requests["b"].num_computed_tokens == 8

@@ -135,3 +135,12 @@ def test_a_retention_interval_beside_a_windowed_group_is_whole_offloading_chunks
     assert "chunk of 32 tokens beside a sliding window or mamba group" in message
     config["prefix_cache_retention_interval"] = 64
     assert loads(text(config)).config.prefix_cache_retention_interval == 64
+
+
+def test_an_eagle_drafter_runs_with_a_connector() -> None:
+    """Once refused ("not modelled yet"): EAGLE's block drop applies to a connector's hits too."""
+    workload = loads(text({"spec_method": "eagle", "num_spec_tokens": 2,
+                           "kv_connector": {**OFFLOAD, "num_cpu_blocks": 8}}))
+    assert workload.config.spec_method == "eagle"
+    assert workload.config.num_lookahead_tokens == 2
+    assert loads(dumps(workload)) == workload

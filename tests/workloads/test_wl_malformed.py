@@ -91,7 +91,6 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "eagle_without_spec.jsonl": (1, "config.spec_method", "needs num_spec_tokens > 0"),
     "eagle_lookahead_mismatch.jsonl": (1, "config.num_lookahead_tokens", "must be 2"),
     "eagle_with_mamba.jsonl": (1, "config.kv_cache_groups[1]", "with spec_method 'eagle'"),
-    "eagle_with_connector.jsonl": (1, "config.kv_connector", "not modelled yet"),
     "eagle_unknown_method.jsonl": (1, "config.spec_method", "'ngram' or 'eagle'"),
     "circular_buffer_alone.jsonl": (1, "config.kv_cache_groups", "keeps a prefix cache"),
     "circular_buffer_with_connector.jsonl": (1, "config.kv_connector", "not modelled yet"),

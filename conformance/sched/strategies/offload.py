@@ -35,8 +35,7 @@ def offloadable(workload: Workload) -> bool:
             and config.policy != "continuum"
             and config.decode_context_parallel_size == 1  # DCP with a connector: not modelled
             and not any(g.bounded_replay or g.type == "circular_buffer"
-                        for g in config.kv_cache_groups)
-            and config.spec_method != "eagle")
+                        for g in config.kv_cache_groups))
 
 
 def draw_gpu_pool(draw: Any, workload: Workload, always_tight: bool = False) -> int:
@@ -87,8 +86,8 @@ def offloading_capable(workload: Workload) -> bool:
     """Layouts the twin's OffloadingConnector models: full attention (reference windows are
     full attention to it), sliding windows (not bounded replay's), chunked-local groups and
     mamba 'align' groups (their states stored by block as the cache keys them) with hashes
-    of a whole block, in any mix, a window alone included (no EAGLE drafter: a connector
-    with one is not modelled). The layouts' small windows (half a block to three) beside
+    of a whole block, in any mix, a window alone included, EAGLE drafters included. The
+    layouts' small windows (half a block to three) beside
     chunks of up to three blocks make the sparse stores (`impl.connector.offloading.windows`)
     sparse."""
     config = workload.config
@@ -96,7 +95,6 @@ def offloading_capable(workload: Workload) -> bool:
                  or (g.type == "mamba" and g.mamba_cache_mode == "align"
                      and config.hash_block_size in (None, config.block_size)))
                 and not g.bounded_replay for g in config.kv_cache_groups)
-            and config.spec_method != "eagle"
             and config.decode_context_parallel_size == 1)
 
 

@@ -33,12 +33,12 @@ from workloads.pd import KVTransferSpec
 
 def pd_capable(workload: Workload) -> bool:
     """Layouts the twin's NIXL connector models (no mamba, ring or bounded-replay groups), a
-    generating model, no continuum policy, no EAGLE drafter."""
+    generating model, no continuum policy (EAGLE drafters included)."""
     config = workload.config
     return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
                 and not g.bounded_replay for g in config.kv_cache_groups)
             and config.runner == "generate" and config.policy != "continuum"
-            and config.spec_method != "eagle" and config.decode_context_parallel_size == 1)
+            and config.decode_context_parallel_size == 1)
 
 
 def _plain(request: RequestSpec) -> bool:
