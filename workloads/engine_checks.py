@@ -90,8 +90,8 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         )
     if "nixl" in _connector_types(model):
         for index, g in enumerate(model.kv_cache_groups):
-            if g.type not in ("full", "reference_window", "sliding_window", "chunked_local") \
-                    or g.bounded_replay:
+            if g.type not in ("full", "reference_window", "sliding_window", "chunked_local",
+                              "mamba") or g.bounded_replay:
                 raise fail(f"kv_cache_groups[{index}]", f"the 'nixl' connector with a "
                            f"{g.type}{' (bounded replay)' if g.bounded_replay else ''} group is "
                            "not modelled (full attention, windows and chunked local are)")

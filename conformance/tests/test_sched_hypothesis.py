@@ -127,6 +127,16 @@ def test_generated_pd_workloads_match_upstream_exactly(pair: Pair, workload: Wor
         "pulls": a.loads, "reads": a.stores, "preemptions": a.preemptions})
 
 
+@given(pd_workloads(mamba_align=True))
+def test_generated_mamba_pd_workloads_match_upstream_exactly(pair: Pair,
+                                                             workload: Workload) -> None:
+    """The NIXL P/D connector beside mamba 'align' groups (`strategies.pd`): prefills leave
+    their prompt's last token to the decode side, decode sides' local hits run past a lagging
+    mamba state only when a pull brings it."""
+    _steered_exact(pair, workload, lambda a: {
+        "pulls": a.loads, "reads": a.stores, "preemptions": a.preemptions})
+
+
 @given(pd_pair_workloads())
 def test_generated_pd_pair_workloads_match_upstream_exactly(pair: Pair,
                                                             workload: Workload) -> None:

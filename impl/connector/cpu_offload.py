@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 
 class SimpleCPUOffloadScheduler(OffloadStores):
+    completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, max_num_batched_tokens: int,
                  use_eagle: bool = False,

@@ -42,6 +42,7 @@ class MultiConnectorScheduler:
     def __init__(self, connectors: list[SchedulerConnector]) -> None:
         self.connectors = connectors
         self.group_block_sizes = connectors[0].group_block_sizes
+        self.completes_lagging_groups = all(c.completes_lagging_groups for c in connectors)
         self._owner: dict[str, int] = {}  # request id -> the connector loading it
         self._extra_saves: dict[str, int] = {}
 

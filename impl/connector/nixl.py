@@ -38,6 +38,7 @@ from impl.core.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vtwin.errors import IntegrityError
@@ -60,7 +61,8 @@ class ExchangeClip:
     def __init__(self, kv_cache_config: KVCacheConfig) -> None:
         specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
         for index, spec in enumerate(specs):
-            supported = (isinstance(spec, FullAttentionSpec | ChunkedLocalAttentionSpec)
+            supported = (isinstance(spec, FullAttentionSpec | ChunkedLocalAttentionSpec
+                                    | MambaSpec)
                          or (isinstance(spec, SlidingWindowSpec) and not spec.bounded_replay))
             if not supported:
                 raise ValueError(f"kv_connector: the 'nixl' connector with a {spec.type_id} "
@@ -68,12 +70,25 @@ class ExchangeClip:
         self.hybrid = any(not isinstance(spec, FullAttentionSpec) for spec in specs)
         self.window_blocks = [-(-spec.sliding_window // spec.block_size) + 1
                               if isinstance(spec, SlidingWindowSpec) else 0 for spec in specs]
+        # A mamba group's trailing draft-state blocks (None: not a mamba group).
+        self.speculative_blocks = [spec.num_speculative_blocks if isinstance(spec, MambaSpec)
+                                   else None for spec in specs]
 
     def clip(self, block_ids: tuple[list[int], ...]) -> tuple[list[int], ...]:
         if not self.hybrid or not block_ids:
             return block_ids
-        return tuple(ids[-keep:] if keep else ids
-                     for ids, keep in zip(block_ids, self.window_blocks, strict=True))
+        return tuple(self._clip_group(ids, keep, drafts) for ids, keep, drafts in zip(
+            block_ids, self.window_blocks, self.speculative_blocks, strict=True))
+
+    @staticmethod
+    def _clip_group(ids: list[int], keep: int, drafts: int | None) -> list[int]:
+        """A window's tail; of a mamba group, the running state's block alone (the draft
+        states after it and everything before it left out)."""
+        if keep:
+            return ids[-keep:]
+        if drafts is None or not ids:
+            return ids
+        return ids[:len(ids) - min(drafts, len(ids) - 1)][-1:]
 
 
 def unhashed_blocks(blocks: KVCacheBlocks) -> tuple[list[int], ...]:
@@ -83,9 +98,14 @@ def unhashed_blocks(blocks: KVCacheBlocks) -> tuple[list[int], ...]:
 
 
 class NixlConnectorScheduler:
+    completes_lagging_groups = True  # (`SchedulerConnector`)
     def __init__(self, kv_cache_config: KVCacheConfig, *, bidirectional: bool = False,
                  recompute_threshold: int = 64) -> None:
         self.exchange = ExchangeClip(kv_cache_config)
+        # Beside a mamba group the prefill side leaves the prompt's last token to the decode
+        # side, which computes the state past it itself (`on_new_request`).
+        self.prompt_backoff = 1 if any(isinstance(g.kv_cache_spec, MambaSpec)
+                                       for g in kv_cache_config.kv_cache_groups) else 0
         self.group_block_sizes = [g.kv_cache_spec.block_size
                                   for g in kv_cache_config.kv_cache_groups]
         self.bidirectional = bidirectional
@@ -96,7 +116,23 @@ class NixlConnectorScheduler:
 
     # -- admission --------------------------------------------------------------------------
     def on_new_request(self, request: Request) -> None:
-        """Nothing to do: the peer's liveness (heartbeats) is not modelled."""
+        """A prefill beside a mamba group leaves its prompt's last token to the decode side
+        and samples one token, once (not again when preempted), unless it reads no prefix
+        cache (its decode side then computes the whole prompt). The peer's liveness
+        (heartbeats) is not modelled."""
+        transfer = request.kv_transfer
+        backoff = self.prompt_backoff
+        if (backoff and transfer is not None and transfer.do_remote_decode
+                and not transfer.prompt_tail_left and request.num_prompt_tokens > backoff
+                and not request.skip_reading_prefix_cache):
+            request.leave_prompt_tail(backoff)
+            transfer.prompt_tail_left = True
+
+    def remote_prefill_tokens(self, request: Request) -> int:
+        """The prompt tokens a decode side loads from its peer: beside a mamba group, all
+        but the last one (its peer left that token out)."""
+        num = request.num_prompt_tokens
+        return num - self.prompt_backoff if num > self.prompt_backoff else num
 
     def get_num_new_matched_tokens(self, request: Request,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -109,7 +145,7 @@ class NixlConnectorScheduler:
         if transfer is None:
             return 0, False
         if transfer.do_remote_prefill:
-            count = request.num_prompt_tokens - num_computed_tokens
+            count = self.remote_prefill_tokens(request) - num_computed_tokens
             if count > 0:
                 return count, True
         if transfer.do_remote_decode and transfer.readback_tokens is not None:

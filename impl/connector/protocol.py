@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 class SchedulerConnector(Protocol):
     group_block_sizes: list[int]
+    # Whether its loads complete a local hit on which a group lags behind full attention
+    # (P/D beside mamba: the pull brings the state; upstream's
+    # `supports_divergent_local_hybrid_hits`).
+    completes_lagging_groups: bool
 
     def on_new_request(self, request: Request) -> None:
         """A request arrived (before any lookup)."""

@@ -122,6 +122,7 @@ class RemoteTransfer:
     """A prefill-side request of a later turn: the tokens the decode side kept from the turn
     before (upstream's `remote_num_tokens` on a prefill's parameters; None: no readback)."""
     readback_ordered: bool = False  # its readback pull was ordered (once per request)
+    prompt_tail_left: bool = False  # a prefill's prompt tail was left to the decode side
 
 
 @dataclass(frozen=True, slots=True)

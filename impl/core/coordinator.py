@@ -23,6 +23,7 @@ from impl.core.specs import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
+    MambaSpec,
     check_hash_block_size,
 )
 from vtwin.errors import ReleaseCheckFailed
@@ -250,6 +251,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = sorted(
             by_spec.items(), key=lambda item: not isinstance(item[0], FullAttentionSpec)
         )
+        first_spec, first_groups = self.spec_groups[0] if self.spec_groups else (None, [])
+        self.full_attention_group = (first_groups[0] if isinstance(first_spec, FullAttentionSpec)
+                                     else None)
+        self.has_mamba = any(isinstance(m.kv_cache_spec, MambaSpec) for m in self.managers)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Only a prefix a future hit can match is worth indexing: hybrid hits are aligned to

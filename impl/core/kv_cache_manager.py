@@ -17,6 +17,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
+from impl.core.lagging_hits import computed_blocks_for_connector
 from impl.core.mamba_align import BoundaryState, MambaAlignManager
 from impl.core.specs import KVCacheConfig
 
@@ -146,6 +147,12 @@ class KVCacheManager:
             self.coordinator.emit_reused_block_events(request, hits)
         request.shared_prefix_boundary = junction
         return KVCacheBlocks(hits), num_hit_tokens
+
+    def get_computed_blocks_for_connector(self, request: Request
+                                          ) -> tuple[KVCacheBlocks, int, bool]:
+        """The local hit a P/D connector completes, and whether a group lags behind it
+        (`impl.core.lagging_hits`)."""
+        return computed_blocks_for_connector(self, request)
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count one lookup (the scheduler calls this once per admission attempt)."""

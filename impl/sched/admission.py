@@ -97,7 +97,11 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 continue
             num_external, load_async = 0, False
             if request.num_computed_tokens == 0:
-                hits, num_hit = kv.get_computed_blocks(request)
+                diverged = False
+                if self.connector is not None and self.connector.completes_lagging_groups:
+                    hits, num_hit, diverged = kv.get_computed_blocks_for_connector(request)
+                else:
+                    hits, num_hit = kv.get_computed_blocks(request)
                 if self.connector is not None:
                     matched, load_async = self.connector.get_num_new_matched_tokens(
                         request, num_hit)
@@ -108,6 +112,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
                         self.deferred_waiting.add(request.request_id)
                         continue
                     num_external = matched
+                    if diverged and not num_external:  # no pull brings the lagging state
+                        hits, num_hit = kv.get_computed_blocks(request)
                 num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)

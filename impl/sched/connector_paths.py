@@ -197,9 +197,12 @@ class ConnectorPaths(BlockFrees):
         if self.connector is None:
             return False, None
         block_ids = kv.get_block_ids(request.request_id)
-        clipped = tuple(ids[:cdiv(request.num_computed_tokens, size)]
-                        for size, ids in zip(self.connector.group_block_sizes, block_ids,
-                                             strict=True))
+        # A mamba table is not a run of per-token blocks: it goes whole.
+        clipped = tuple(ids if isinstance(manager.kv_cache_spec, MambaSpec)
+                        else ids[:cdiv(request.num_computed_tokens, size)]
+                        for size, ids, manager in zip(self.connector.group_block_sizes,
+                                                      block_ids, kv.coordinator.managers,
+                                                      strict=True))
         return self.connector.request_finished(request, clipped)
 
     # -- the worker's report ----------------------------------------------------------------

@@ -259,6 +259,17 @@ class Request:
         if self._hasher is not None:
             self.block_hashes.extend(self._hasher(self))
 
+    def leave_prompt_tail(self, num_tokens: int) -> None:
+        """A P/D prefill beside a mamba group: the prompt's last `num_tokens` are left to the
+        decode side (which computes the state past them itself), and the request samples one
+        token. Its block hashes stay as they were (a block holding a dropped token is never
+        computed here)."""
+        self.prompt_token_ids = self.prompt_token_ids[:-num_tokens]
+        self.num_prompt_tokens -= num_tokens
+        if self._token_ids is not None:
+            del self._token_ids[self.num_prompt_tokens:self.num_prompt_tokens + num_tokens]
+        self.max_tokens = 1
+
     def continue_session(self, keep_end: int, new_tokens: Sequence[int],
                          max_tokens: int) -> None:
         """The next input part of a streaming session: the outputs up to `keep_end` become

@@ -2,7 +2,7 @@
 beside a sliding window of 5 tokens over blocks of 4, whose exchanges keep the window's last
 cdiv(5, 4) + 1 = 3 blocks. A decode-side pull lists every full-attention block and the
 window's tail; a finished prefill hands on the same; push mode registers and writes the same
-lists; a mamba group is refused by name."""
+lists; a bounded-replay window is refused by name (mamba: `test_nixl_mamba.py`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from impl.core.specs import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
-    MambaSpec,
     SlidingWindowSpec,
 )
 from impl.sched.config import SchedulerConfig
@@ -81,6 +80,8 @@ def test_chunked_local_groups_exchange_every_block() -> None:
     assert not only_full.hybrid
 
 
-def test_a_mamba_group_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match=r"'nixl' connector with a mamba group \(group 1\)"):
-        hybrid(FULL, MambaSpec(block_size=BLOCK))
+def test_a_bounded_replay_window_is_refused_by_name() -> None:
+    replay = SlidingWindowSpec(BLOCK, sliding_window=8, bounded_replay=True)
+    with pytest.raises(ValueError, match=r"'nixl' connector with a sliding_window_8_replay "
+                                         r"group \(group 1\)"):
+        hybrid(FULL, replay)

@@ -32,11 +32,13 @@ from workloads.pd import KVTransferSpec
 
 
 def pd_capable(workload: Workload) -> bool:
-    """Layouts the twin's NIXL connector models (no mamba, ring or bounded-replay groups), a
-    generating model, no continuum policy (EAGLE drafters included)."""
+    """Layouts the twin's NIXL connector models (no ring or bounded-replay groups; mamba
+    hashed by the block), a generating model, no continuum policy (EAGLE drafters included)."""
     config = workload.config
-    return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local")
-                and not g.bounded_replay for g in config.kv_cache_groups)
+    mamba = any(g.type == "mamba" for g in config.kv_cache_groups)
+    return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local",
+                           "mamba") and not g.bounded_replay for g in config.kv_cache_groups)
+            and (not mamba or config.hash_block_size in (None, config.block_size))
             and config.runner == "generate" and config.policy != "continuum"
             and config.decode_context_parallel_size == 1)
 
@@ -64,8 +66,12 @@ def _with_part(draw: Any, request: RequestSpec, bidirectional: bool) -> RequestS
 
 
 @st.composite
-def pd_workloads(draw: Any, max_requests: int = 10) -> Workload:
-    workload: Workload = draw(workloads(max_requests).filter(pd_capable))
+def pd_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -> Workload:
+    """`mamba_align`: mamba 'align' hybrids only (the prefill side leaves its prompt's last
+    token to the decode side; a decode side's local hit may run past the mamba state, which
+    the pull brings)."""
+    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align)
+                              .filter(pd_capable))
     num_blocks = draw_gpu_pool(draw, workload)
     mode = draw(st.sampled_from(["pull", "push"]), label="transfer mode")
     bidirectional = mode == "pull" and draw(st.booleans(), label="bidirectional")

@@ -94,6 +94,7 @@ def _alignment_tokens(shapes: tuple[GroupShape, ...]) -> int | None:
 
 
 class OffloadingConnectorScheduler(Lookups, StoreOffers):
+    completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, enable_prefix_caching: bool = True,
                  behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:

@@ -1,0 +1,64 @@
+"""Local hits a P/D connector completes: full attention's own hit past a lagging mamba state.
+
+On a hybrid model the groups' hits can part under block pressure or sparse retention: full
+attention may still hold a prefix whose mamba state was never kept or was evicted. A prefill/
+decode connector (vLLM's `supports_divergent_local_hybrid_hits`: NIXL) pulls the prompt past
+the local hit *and* the recurrent state, so a decode side may keep full attention's deeper
+hit: the pull brings the state the lagging group lacks. When nothing is pulled, no state
+comes, and the request must fall back to the hit every group agrees on (the scheduler does,
+`impl.sched.admission`). A group hitting deeper than full attention means full attention's
+tail was evicted: the agreed hit then. The lookup finds no shared-prefix junction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from impl.core.block import KVCacheBlock
+from impl.core.coordinator import HybridKVCacheCoordinator, PerGroupBlocks
+from impl.core.hashing import hashes_at_block_size
+
+if TYPE_CHECKING:
+    from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+    from impl.sched.request import Request
+
+
+def find_hit_per_group(coordinator: HybridKVCacheCoordinator, request: Request,
+                       max_length: int) -> tuple[PerGroupBlocks, tuple[int, ...]]:
+    """Each attention type's own longest hit, not reconciled to one length: blocks and
+    length per group (a group without a prefix cache: none). No EAGLE drop: EAGLE beside
+    mamba is refused."""
+    blocks: list[list[KVCacheBlock]] = [[] for _ in coordinator.managers]
+    lengths = [0] * len(coordinator.managers)
+    for spec, group_ids in coordinator.spec_groups:
+        manager = coordinator.managers[group_ids[0]]
+        hashes = hashes_at_block_size(request.block_hashes, coordinator.hash_block_size,
+                                      spec.block_size)
+        hits, found = manager.find_longest_cache_hit(
+            hashes, max_length, group_ids, coordinator.block_pool, spec,
+            coordinator.cache_hit_alignment, False)
+        for group_id, group_hits in zip(group_ids, hits, strict=True):
+            blocks[group_id] = group_hits
+            lengths[group_id] = found
+    return tuple(blocks), tuple(lengths)
+
+
+def computed_blocks_for_connector(kv: KVCacheManager, request: Request
+                                  ) -> tuple[KVCacheBlocks, int, bool]:
+    """(each group's blocks as found, full attention's hit, whether a group lags behind it);
+    without mamba or a full-attention group, the agreed hit (`get_computed_blocks`)."""
+    from impl.core.kv_cache_manager import KVCacheBlocks
+
+    coordinator = kv.coordinator
+    if not (isinstance(coordinator, HybridKVCacheCoordinator) and coordinator.has_mamba):
+        return *kv.get_computed_blocks(request), False
+    full = coordinator.full_attention_group
+    if full is None:
+        return *kv.get_computed_blocks(request), False
+    request.shared_prefix_boundary = 0
+    if not kv.enable_caching or request.skip_reading_prefix_cache:
+        return kv.empty_blocks(), 0, False
+    hits, lengths = find_hit_per_group(coordinator, request, request.num_tokens - 1)
+    if any(length > lengths[full] for length in lengths):
+        return *kv.get_computed_blocks(request), False
+    return KVCacheBlocks(hits), lengths[full], min(lengths) < lengths[full]
