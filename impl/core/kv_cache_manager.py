@@ -17,7 +17,7 @@ from impl.core.block import KVCacheBlock
 from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
-from impl.core.lagging_hits import computed_blocks_for_connector
+from impl.core.lagging_hits import lagging_hit
 from impl.core.mamba_align import BoundaryState, MambaAlignManager
 from impl.core.specs import KVCacheConfig
 
@@ -151,8 +151,15 @@ class KVCacheManager:
     def get_computed_blocks_for_connector(self, request: Request
                                           ) -> tuple[KVCacheBlocks, int, bool]:
         """The local hit a P/D connector completes, and whether a group lags behind it
-        (`impl.core.lagging_hits`)."""
-        return computed_blocks_for_connector(self, request)
+        (`impl.core.lagging_hits`; this lookup finds no junction); else the agreed hit."""
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return *self.get_computed_blocks(request), False
+        found = lagging_hit(self.coordinator, request)
+        if found is None:
+            return *self.get_computed_blocks(request), False
+        request.shared_prefix_boundary = 0
+        hits, num_hit, diverged = found
+        return KVCacheBlocks(hits), num_hit, diverged
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count one lookup (the scheduler calls this once per admission attempt)."""

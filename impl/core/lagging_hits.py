@@ -15,11 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
-from impl.core.coordinator import HybridKVCacheCoordinator, PerGroupBlocks
+from impl.core.coordinator import (
+    HybridKVCacheCoordinator,
+    KVCacheCoordinator,
+    PerGroupBlocks,
+)
 from impl.core.hashing import hashes_at_block_size
 
 if TYPE_CHECKING:
-    from impl.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from impl.sched.request import Request
 
 
@@ -43,22 +46,17 @@ def find_hit_per_group(coordinator: HybridKVCacheCoordinator, request: Request,
     return tuple(blocks), tuple(lengths)
 
 
-def computed_blocks_for_connector(kv: KVCacheManager, request: Request
-                                  ) -> tuple[KVCacheBlocks, int, bool]:
-    """(each group's blocks as found, full attention's hit, whether a group lags behind it);
-    without mamba or a full-attention group, the agreed hit (`get_computed_blocks`)."""
-    from impl.core.kv_cache_manager import KVCacheBlocks
-
-    coordinator = kv.coordinator
+def lagging_hit(coordinator: KVCacheCoordinator, request: Request
+                ) -> tuple[PerGroupBlocks, int, bool] | None:
+    """(each group's blocks as found, full attention's hit, whether a group lags behind it),
+    or None where the agreed hit stands: no mamba or no full-attention group, or a group
+    deeper than full attention. The caller has checked that the lookup is enabled."""
     if not (isinstance(coordinator, HybridKVCacheCoordinator) and coordinator.has_mamba):
-        return *kv.get_computed_blocks(request), False
+        return None
     full = coordinator.full_attention_group
     if full is None:
-        return *kv.get_computed_blocks(request), False
-    request.shared_prefix_boundary = 0
-    if not kv.enable_caching or request.skip_reading_prefix_cache:
-        return kv.empty_blocks(), 0, False
+        return None
     hits, lengths = find_hit_per_group(coordinator, request, request.num_tokens - 1)
     if any(length > lengths[full] for length in lengths):
-        return *kv.get_computed_blocks(request), False
-    return KVCacheBlocks(hits), lengths[full], min(lengths) < lengths[full]
+        return None
+    return hits, lengths[full], min(lengths) < lengths[full]

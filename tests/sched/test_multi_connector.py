@@ -36,6 +36,7 @@ class Fake:
     params: FinishedTransfer | None = None
     resets: bool | None = None
     group_block_sizes: list[int] = field(default_factory=lambda: [BLOCK])
+    completes_lagging_groups: bool = False
     asked: int = 0
     allocations: list[tuple[str, int]] = field(default_factory=list)
     outputs: int = 0

@@ -144,3 +144,13 @@ def test_an_eagle_drafter_runs_with_a_connector() -> None:
     assert workload.config.spec_method == "eagle"
     assert workload.config.num_lookahead_tokens == 2
     assert loads(dumps(workload)) == workload
+
+
+def test_the_nixl_connector_runs_beside_a_mamba_group() -> None:
+    """Once refused ("not modelled"): a prefill then leaves its prompt's last token to the
+    decode side (`impl.connector.nixl`)."""
+    workload = loads(text({"num_blocks": 300, "kv_cache_groups": [
+        {"type": "full"}, {"type": "mamba", "mamba_cache_mode": "align"}],
+        "kv_connector": {"type": "nixl"}}))
+    assert workload.config.kv_connector is not None
+    assert workload.config.kv_connector.type == "nixl"

@@ -29,8 +29,6 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "bad_hash_algo.jsonl": (1, "config.hash_algo", "got 'md5'"),
     "bad_json.jsonl": (2, None, "invalid JSON at column 37"),
     "bad_policy.jsonl": (1, "config.policy", "got 'lifo'"),
-    "nixl_mamba_group.jsonl": (1, "config.kv_cache_groups[1]",
-                               "the 'nixl' connector with a mamba group is not modelled"),
     "retention_interval_off_grid.jsonl": (1, "config.prefix_cache_retention_interval",
                                           "a multiple of the block size 16 (got 40)"),
     "retention_interval_no_window.jsonl": (1, "config.prefix_cache_retention_interval",

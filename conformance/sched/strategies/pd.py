@@ -33,11 +33,13 @@ from workloads.pd import KVTransferSpec
 
 def pd_capable(workload: Workload) -> bool:
     """Layouts the twin's NIXL connector models (no ring or bounded-replay groups; mamba
-    hashed by the block), a generating model, no continuum policy (EAGLE drafters included)."""
+    'align' hashed by the block, which the OffloadingConnector a draw may put beside it also
+    models), a generating model, no continuum policy (EAGLE drafters included)."""
     config = workload.config
-    mamba = any(g.type == "mamba" for g in config.kv_cache_groups)
+    mamba = [g for g in config.kv_cache_groups if g.type == "mamba"]
     return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local",
                            "mamba") and not g.bounded_replay for g in config.kv_cache_groups)
+            and all(g.mamba_cache_mode == "align" for g in mamba)
             and (not mamba or config.hash_block_size in (None, config.block_size))
             and config.runner == "generate" and config.policy != "continuum"
             and config.decode_context_parallel_size == 1)
