@@ -96,15 +96,15 @@ class OffloadStores:
     def _boundary_stores(self, output: SchedulerOutput, batch: StoreBatch) -> None:
         """The mamba 'align' states the cache keyed this step (`output.boundary_states`),
         each copied by its block (the table cannot be read by position), keyed on the CPU by
-        the block's own hash. A request finished or preempted in this step gives its offers
-        up (its blocks may be handed out already), and an offer the CPU pool has no room for
-        is dropped, not retried."""
+        the block's own hash; an offer the CPU pool has no room for is dropped, not retried.
+        A request that frees its blocks first (preempted within the step) has its offers
+        dropped by the cache itself (`MambaAlignManager.pop_blocks_for_free`), so none names a
+        block handed out again (upstream checks the request here as well)."""
         gpu = self.gpu_pool
-        gone = (output.preempted_req_ids or set()) | output.finished_req_ids
         num_free = self.cpu_block_pool.get_num_free_blocks()
         for offer in output.boundary_states:
             state = self.reqs_to_store.get(offer.request_id)
-            if state is None or state.finished or offer.request_id in gone:
+            if state is None or state.finished:
                 continue
             block = gpu.blocks[offer.block_id]
             if not self._store_ready(block) or num_free <= 0:
