@@ -4,8 +4,8 @@ An EAGLE head drafts from the target model's hidden states and writes the KV of 
 each chunk into the chunk's last block, so prefix-cache hits give up their last block; its
 lookahead slots are one per draft token, and it reads one prompt token past each chunk (which
 moves encoder scheduling for multimodal inputs). Modelled beside full attention, sliding
-windows and reference windows, with or without a KV connector (whose hits give up their last
-block too)."""
+windows, reference windows and mamba (whose prompt chunks stop a block lower, where the state
+a hit needs ends), with or without a KV connector (whose hits give up their last block too)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ def eagle_lookahead(model: EngineConfigModel, fail: Callable[[str, str], Workloa
         raise fail("num_lookahead_tokens", f"must be {k} (num_spec_tokens) or left out under "
                    "spec_method 'eagle': the head writes one slot ahead per draft token")
     for index, group in enumerate(model.kv_cache_groups):
-        if group.type in ("mamba", "chunked_local"):
-            raise fail(f"kv_cache_groups[{index}]", f"a {group.type!r} group with spec_method "
-                       "'eagle' is not modelled (upstream drops mamba checkpoints too and "
-                       "refuses chunked local attention at the first lookup)")
+        if group.type == "chunked_local":
+            raise fail(f"kv_cache_groups[{index}]", "a 'chunked_local' group with spec_method "
+                       "'eagle' is not modelled (upstream refuses it at the first lookup)")
     return k

@@ -201,6 +201,19 @@ FAMILIES: tuple[KVFamily, ...] = (
     KVFamily("mamba_align_dcp2",
              (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
              num_blocks=40, dcp_world_size=2),
+    # EAGLE beside mamba 'align' (also under DCP 2 with sparse retention): full attention drops
+    # its last block (one hash block with sub-block hits, looking one past first), mamba never
+    # drops and finds the state that matches the shorter hit; the prompt's keyed tail state
+    # sits a unit below its end.
+    KVFamily("eagle_mamba_align",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, use_eagle=True),
+    KVFamily("eagle_mamba_align_dcp2",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, dcp_world_size=2, use_eagle=True, retention_interval=0),
+    KVFamily("eagle_mamba_align_sub_block",
+             (GroupShape("full", 16), GroupShape("mamba", 16, mamba_cache_mode="align")),
+             num_blocks=40, hash_block_size=4, use_eagle=True),
     KVFamily("eagle_window_alignment",
              (GroupShape("full", 32), GroupShape("sliding_window", 16, 16)), num_blocks=40,
              use_eagle=True),

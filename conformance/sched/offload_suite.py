@@ -33,6 +33,8 @@ NOT_OFFLOADED: dict[str, str] = {
                          "beside it are not modelled",
     "hybrid-mamba-sub-block": "sub-block hits beside a KV connector are not modelled by the "
                               "twin (it refuses the config)",
+    "eagle-mamba-sub-block": "sub-block hits beside a KV connector are not modelled by the "
+                             "twin (it refuses the config)",
     "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
     "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "

@@ -183,6 +183,36 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         "EAGLE, 2 draft tokens, sparse retention (0)", num_spec_tokens=2,
                         num_lookahead_tokens=2, spec_method="eagle",
                         prefix_cache_retention_interval=0)),
+    SuiteEntry("eagle-hybrid-mamba", "hybrid full + mamba ('align') with an EAGLE drafter (2 "
+               "tokens): a prompt's chunk stops a block below its last block boundary, where "
+               "the state a later hit needs ends (full attention's hit gives up its last "
+               "block; mamba finds the state at the shorter length)",
+               _variant("hybrid-sliding-window", "eagle-hybrid-mamba",
+                        "groups full + mamba (align), EAGLE 2", kv_cache_groups=FULL_MAMBA_ALIGN,
+                        num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle")),
+    SuiteEntry("eagle-hybrid-mamba-retention0", "hybrid full + mamba ('align') with an EAGLE "
+               "drafter under sparse retention: the states kept are those at EAGLE's replay "
+               "boundaries, a block below the resend's and the longer sibling's",
+               _variant("hybrid-sliding-window", "eagle-hybrid-mamba-retention0",
+                        "groups full + mamba (align), EAGLE 2, sparse retention (0)",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2,
+                        num_lookahead_tokens=2, spec_method="eagle",
+                        prefix_cache_retention_interval=0)),
+    SuiteEntry("eagle-mamba-preemption", "preemption storms on full + mamba ('align') with an "
+               "EAGLE drafter (2 tokens): the drafts' state blocks, resumed requests replaying "
+               "their output as prefill stop a block below their last boundary",
+               _variant("preemption-storm", "eagle-mamba-preemption",
+                        "groups full + mamba (align), EAGLE 2",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_blocks=82,
+                        num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle")),
+    SuiteEntry("eagle-mamba-sub-block", "multi-turn conversations on full + mamba ('align') "
+               "hashed every 4 tokens with an EAGLE drafter (3 tokens): full attention's hit "
+               "looks one hash block past and gives it up, the prompt's tail state is keyed a "
+               "hash block below its end (whole, when sparse retention left its block unkeyed)",
+               _variant("multi-turn", "eagle-mamba-sub-block",
+                        "groups full + mamba (align), 4-token hashes, EAGLE 3",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, hash_block_size=4,
+                        num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=FULL_MAMBA_ALIGN)),

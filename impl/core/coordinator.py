@@ -72,6 +72,7 @@ class KVCacheCoordinator:
         if len(self.managers) > 1:
             for manager in self.managers:
                 manager.cache_hit_alignment = self.cache_hit_alignment
+                manager.scheduler_block_size = self.scheduler_block_size
                 manager.partial_hits = self.sub_block_hits
 
     def get_num_blocks_to_allocate(

@@ -9,7 +9,9 @@ types, full attention first, one round is enough.
 An EAGLE drafter writes the KV of the token after a chunk into the chunk's last block, so each
 type's hit gives up one block. A type searched with the drop looks one of its blocks past the
 candidate first (the drop lands it back), and drops once per candidate length: a type that
-shortens the candidate without dropping lets the others drop again.
+shortens the candidate without dropping lets the others drop again. Mamba never drops (a
+drafter has no mamba layers): it finds the state that matches the candidate as it is. With
+sub-block hits the drop and the look past are one hash block, not one block.
 """
 
 from __future__ import annotations
@@ -50,13 +52,18 @@ def find_hybrid_hit(
                 continue
             manager = managers[group_ids[0]]
             drop = use_eagle and index not in dropped
+            fine = sub_block_hits and spec.block_size > hash_block_size
             search_length = candidate
             if drop and not isinstance(spec, MambaSpec):
-                search_length = min(candidate + manager.block_size, max_hashed)
-            if sub_block_hits and spec.block_size > hash_block_size:
-                look_up = mamba_hit if isinstance(spec, MambaSpec) else full_attention_hit
-                hits, found = look_up(block_hashes, search_length, group_ids, block_pool,
-                                      spec.block_size, hash_block_size)
+                search_length = min(candidate + (hash_block_size if fine else manager.block_size),
+                                    max_hashed)
+            if fine and isinstance(spec, MambaSpec):
+                hits, found = mamba_hit(block_hashes, search_length, group_ids, block_pool,
+                                        spec.block_size, hash_block_size)
+            elif fine:
+                hits, found = full_attention_hit(block_hashes, search_length, group_ids,
+                                                 block_pool, spec.block_size, hash_block_size,
+                                                 drop)
             else:
                 hashes = hashes_at_block_size(block_hashes, hash_block_size, spec.block_size)
                 hits, found = manager.find_longest_cache_hit(

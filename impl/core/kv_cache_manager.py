@@ -18,7 +18,8 @@ from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
 from impl.core.lagging_hits import lagging_hit
-from impl.core.mamba_align import BoundaryState, MambaAlignManager
+from impl.core.mamba_align import MambaAlignManager
+from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import KVCacheConfig
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from impl.core.coordinator import (
     PerGroupBlocks,
 )
 from impl.core.hashing import hashes_at_block_size
+from impl.core.specs import MambaSpec
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
@@ -29,17 +30,22 @@ if TYPE_CHECKING:
 def find_hit_per_group(coordinator: HybridKVCacheCoordinator, request: Request,
                        max_length: int) -> tuple[PerGroupBlocks, tuple[int, ...]]:
     """Each attention type's own longest hit, not reconciled to one length: blocks and
-    length per group (a group without a prefix cache: none). No EAGLE drop: EAGLE beside
-    mamba is refused."""
+    length per group (a group without a prefix cache: none). With EAGLE each type but mamba
+    looks one of its blocks past `max_length` and gives its last block up, as in the agreed
+    search (`impl.core.hit_search`); sub-block hits never meet a connector (refused)."""
     blocks: list[list[KVCacheBlock]] = [[] for _ in coordinator.managers]
     lengths = [0] * len(coordinator.managers)
+    eagle = coordinator.use_eagle
+    max_hashed = len(request.block_hashes) * coordinator.hash_block_size
     for spec, group_ids in coordinator.spec_groups:
         manager = coordinator.managers[group_ids[0]]
         hashes = hashes_at_block_size(request.block_hashes, coordinator.hash_block_size,
                                       spec.block_size)
+        drop = eagle and not isinstance(spec, MambaSpec)
+        search_length = min(max_length + manager.block_size, max_hashed) if drop else max_length
         hits, found = manager.find_longest_cache_hit(
-            hashes, max_length, group_ids, coordinator.block_pool, spec,
-            coordinator.cache_hit_alignment, False)
+            hashes, search_length, group_ids, coordinator.block_pool, spec,
+            coordinator.cache_hit_alignment, drop)
         for group_id, group_hits in zip(group_ids, hits, strict=True):
             blocks[group_id] = group_hits
             lengths[group_id] = found

@@ -35,30 +35,19 @@ requests from hitting it in that step; 0.33 skips a block already keyed there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.mamba import MambaManager
+from impl.core.mamba_boundaries import BoundaryState, checkpoint_boundary
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheSpec, MambaSpec
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
-
-
-@dataclass(frozen=True, slots=True)
-class BoundaryState:
-    """A mamba state the cache keyed: whose, which group and block, and the token count it
-    ends (the boundary a later hit would load it at)."""
-
-    request_id: str
-    group: int
-    block_id: int
-    boundary: int
 
 
 class MambaAlignManager(MambaManager):
@@ -208,19 +197,27 @@ class MambaAlignManager(MambaManager):
         super().cache_blocks(request, block_hashes, num_tokens)
         if self.offers_boundary_states:
             self._offer_boundary_states(request.request_id, num_before)
-        if self.hash_block_size < self.block_size:
+        # With sub-block hits on (hashes finer than the block, or under DCP as fine as it)
+        # the prompt's tail is keyed at the hash block, which the retention mask's scheduler-
+        # block boundaries may not cover.
+        if self.hash_block_size < self.block_size or self.partial_hits:
             self._cache_prompt_tail_state(request, num_tokens)
         elif self.remarks_prompt_boundary:
             self._remark_prompt_boundary(request, block_hashes, num_tokens)
 
     def _cache_prompt_tail_state(self, request: Request, num_tokens: int) -> None:
         """Hashes finer than the block: a cache call landing on the prompt's last hash
-        boundary (before its final token) keys the state there. Inside a block, the state is
-        only findable through this entry, and the request's next step would overwrite it, so
-        that step copies it first (`_copy_partial_state`); on a block boundary, 0.32 marks the
-        already keyed state cached this step again (as `_remark_prompt_boundary`)."""
+        boundary (before its final token; `checkpoint_boundary`) keys the state there.
+
+        Inside a block, the state is only findable through this entry, and the request's next
+        step would overwrite it, so that step copies it first (`_copy_partial_state`). On a
+        block boundary, 0.32 marks the already keyed state cached this step again (as
+        `_remark_prompt_boundary`), and a state sparse retention left unkeyed (EAGLE's replay
+        boundaries lie a scheduler block below the end, this one a hash block below) is keyed
+        here, whole, with nothing to copy."""
         hbs = self.hash_block_size
-        if num_tokens <= 0 or num_tokens != (request.num_prompt_tokens - 1) // hbs * hbs:
+        if num_tokens <= 0 or num_tokens != checkpoint_boundary(request.num_prompt_tokens, hbs,
+                                                                self.use_eagle):
             return
         index = cdiv(num_tokens, self.block_size) - 1
         blocks = self.req_to_blocks.get(request.request_id, [])
@@ -232,9 +229,9 @@ class MambaAlignManager(MambaManager):
             source.extra_hashes is not None and tail_hash in source.extra_hashes)
         if keyed and not self.remarks_prompt_boundary:
             return
-        if num_tokens % self.block_size == 0:
-            if keyed:
-                self.cached_this_step.add(tail_hash)
+        aligned = num_tokens % self.block_size == 0
+        if aligned and keyed:
+            self.cached_this_step.add(tail_hash)
             return
         self.block_pool.cache_partial_block(
             source, tail_hash, self.kv_cache_group_id, num_tokens,
@@ -243,16 +240,19 @@ class MambaAlignManager(MambaManager):
             token_ids=request.prompt_token_ids[num_tokens - hbs:num_tokens],
             lora_name=request.lora_name)
         self.cached_this_step.add(tail_hash)
+        if aligned:
+            return  # a whole block sparse retention left unkeyed: keyed, nothing to copy
         self.partial_hit_reqs[request.request_id] = (index, source)
         self.num_cached_block[request.request_id] = index
 
     def _remark_prompt_boundary(self, request: Request, block_hashes: Sequence[BlockHash],
                                 num_tokens: int) -> None:
         """0.32: a cache call reaching exactly the prompt's last reusable boundary (the last
-        block boundary before its final token) marks that state cached this step again, even
-        when it was keyed in an earlier step or came from a prefix hit."""
+        block boundary before its final token; `checkpoint_boundary`) marks that state cached
+        this step again, even when it was keyed in an earlier step or came from a prefix
+        hit."""
         block_size = self.block_size
-        boundary = (request.num_prompt_tokens - 1) // block_size * block_size
+        boundary = checkpoint_boundary(request.num_prompt_tokens, block_size, self.use_eagle)
         if num_tokens <= 0 or num_tokens != boundary:
             return
         index = num_tokens // block_size - 1

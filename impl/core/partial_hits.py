@@ -52,11 +52,12 @@ def sub_block_hits_enabled(kv_cache_config: KVCacheConfig, hash_block_size: int,
 
 def full_attention_hit(
     fine_hashes: Sequence[BlockHash], max_length: int, group_ids: Sequence[int],
-    block_pool: BlockPool, block_size: int, hash_block_size: int,
+    block_pool: BlockPool, block_size: int, hash_block_size: int, drop_eagle: bool = False,
 ) -> tuple[list[list[KVCacheBlock]], int]:
     """The cached full blocks from the left, then the longest boundary inside the next block
     that still hits. `fine_hashes[i]` is the hash of the prefix of (i + 1) * hash_block_size
-    tokens, so block b is keyed by entry (b + 1) * ratio - 1."""
+    tokens, so block b is keyed by entry (b + 1) * ratio - 1. `drop_eagle`: an EAGLE hit gives
+    up its last hash block (the block it ends in still holds the shorter prefix)."""
     ratio = block_size // hash_block_size
     hits: list[list[KVCacheBlock]] = [[] for _ in group_ids]
     max_blocks = min(max_length // block_size, len(fine_hashes) // ratio)
@@ -76,6 +77,11 @@ def full_attention_hit(
                 group_hits.append(block)
             length = (fine + 1) * hash_block_size
             break
+    if drop_eagle and length > 0:
+        length -= hash_block_size
+        num_blocks = -(-length // block_size)
+        for group_hits in hits:
+            del group_hits[num_blocks:]
     return hits, length
 
 

@@ -76,6 +76,9 @@ class SingleTypeKVCacheManager:
         self.hash_block_size = self.block_size
         # Granularity of prefix-cache hits (set by the coordinator; the lcm in hybrid models).
         self.cache_hit_alignment = self.block_size
+        # The scheduler's block (set by the coordinator in hybrid models: the lcm of the
+        # groups' blocks), coarser than the hit alignment under sub-block hits.
+        self.scheduler_block_size = self.block_size
         # None: cache every block that could serve a hit; 0: only what a prompt replay reaches.
         self.retention_interval: int | None = None
         # An EAGLE drafter (set by the coordinator): hits give up their last block, so a hit
@@ -233,9 +236,10 @@ class SingleTypeKVCacheManager:
 
     def reachable_boundaries(self, request: Request) -> tuple[int, ...]:
         """`reachable_boundaries` for this group: with EAGLE's block drop, at the scheduler
-        block (the hit alignment: EAGLE goes without sub-block hits)."""
-        boundaries = reachable_boundaries(request,
-                                          self.cache_hit_alignment if self.use_eagle else 0)
+        block (the hit alignment, or with sub-block hits the coarser block the replay's run
+        ends on: a hash unit would put the boundary past what the resend reaches)."""
+        eagle_block = self.scheduler_block_size if self.partial_hits else self.cache_hit_alignment
+        boundaries = reachable_boundaries(request, eagle_block if self.use_eagle else 0)
         junction = request.shared_prefix_boundary
         if junction and self.use_eagle and self.eagle_junction_block_below:
             return (*boundaries, junction - self.block_size)

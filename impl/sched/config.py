@@ -142,8 +142,8 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
     """Mamba cache modes the twin runs, refused otherwise with one line naming the fix.
 
     'align' (states cached only at block-aligned chunk ends, `impl.sched.mamba_split`), with
-    the drafts' state blocks under speculative decoding (`impl.core.mamba_align`; an EAGLE
-    drafter beside mamba is refused by `check_eagle`). Hashes finer than the block give
+    the drafts' state blocks under speculative decoding (`impl.core.mamba_align`), beside an
+    EAGLE drafter too (`impl.sched.mamba_split`). Hashes finer than the block give
     sub-block hits with copy-on-write states (`impl.core.partial_hits`), modelled without a
     KV connector.
     From 0.33 upstream refuses mamba prefix caching in any other mode, so under that
@@ -169,13 +169,13 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
 
 def check_eagle(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
     """EAGLE drafting as far as the twin runs it, refused otherwise with one line: not with
-    mamba groups (upstream drops their checkpoint block too, not modelled) or chunked local
-    attention (upstream refuses it at the first lookup). With a KV connector the block drop
-    applies to its hits too (`use_eagle_block_drop`, which a connector keeps on in 0.33)."""
+    chunked local attention (upstream refuses it at the first lookup). With a KV connector the
+    block drop applies to its hits too (`use_eagle_block_drop`, which a connector keeps on in
+    0.33)."""
     if not config.use_eagle:
         return
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
-        if isinstance(spec, MambaSpec | ChunkedLocalAttentionSpec):
+        if isinstance(spec, ChunkedLocalAttentionSpec):
             raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with an EAGLE "
                              "drafter is not implemented by the twin (spec_method 'ngram')")

@@ -42,7 +42,6 @@ from impl.connector.types import (
 )
 from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
-from impl.core.mamba_align import MambaAlignManager
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.block_frees import BlockFrees
@@ -81,10 +80,6 @@ class ConnectorPaths(BlockFrees):
                     use_eagle=config.use_eagle_block_drop, behaviour=config.behaviour)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
-        if self.connector is not None:  # it stores mamba 'align' states by block
-            for manager in self.kv_cache_manager.coordinator.managers:
-                if isinstance(manager, MambaAlignManager):
-                    manager.offers_boundary_states = True
         self.defer_block_free = settings is not None and config.async_scheduling
         self.sched_step_seq = 0
         self.processed_step_seq = 0

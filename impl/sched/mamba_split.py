@@ -12,10 +12,18 @@ its state on to the next boundary). `MambaAlignedSplit.clip` shortens a chunk, i
 |                           | and a whole block would fit the per-chunk cap (then it waits)    |
 | then the earliest of these strictly inside (start, end):                                     |
 | started mid-block         | the next block boundary                                          |
-| last cacheable state      | the last boundary before the request's final token               |
+| last cacheable state      | the last boundary before the request's final token (with EAGLE: |
+|                           | one block below the last boundary at or before it)               |
 | shared-prefix junction    | the junction, block-floored from start (`shared_prefix_boundary`)|
 | prompt's last hash bound. | with sub-block hits (`impl.core.partial_hits`): the last hash    |
-|                           | boundary before the prompt's final token, when inside a block    |
+|                           | boundary before the prompt's final token (EAGLE: one hash block  |
+|                           | below the last one at or before it), when inside a block         |
+
+Why EAGLE moves the last two stops: its hits give up their last block (the head wrote the next
+prompt token's KV there), so a full-attention hit ends one block short of the last boundary;
+the mamba state a hit needs is the one at that shorter boundary, and a chunk must end there
+for the state to be written. The drop itself leaves tokens to recompute, so the boundary may
+be the request's last token (`checkpoint_boundary`).
 
 Prefill ends at max(prompt, tokens - 1): a resumed request replays its output tokens as
 prefill. A clip to 0 tokens skips a running request this step and stops admission. A chunk
@@ -28,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.core.kv_cache_manager import KVCacheManager
-from impl.core.mamba_align import MambaAlignManager
+from impl.core.mamba_boundaries import checkpoint_boundary
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request
@@ -42,26 +50,24 @@ class MambaAlignedSplit:
     # With sub-block hits, the hash block (a chunk also stops at the prompt's last hash
     # boundary, so its state can be keyed there); 0 without.
     tail_hash_block: int = 0
+    # EAGLE's hits give up their last block (`SchedulerConfig.use_eagle_block_drop`).
+    eagle_block_drop: bool = False
 
     @classmethod
     def setup(cls, config: SchedulerConfig, kv_cache_config: KVCacheConfig,
               kv_cache_manager: KVCacheManager) -> MambaAlignedSplit | None:
-        """The split for a config with a mamba group in 'align' mode (None: no split), and the
-        release's behaviour handed to the align managers."""
+        """The split for a config with a mamba group in 'align' mode (None: no split)."""
         if not any(isinstance(g.kv_cache_spec, MambaSpec)
                    and g.kv_cache_spec.mamba_cache_mode == "align"
                    for g in kv_cache_config.kv_cache_groups):
             return None
-        for manager in kv_cache_manager.coordinator.managers:
-            if isinstance(manager, MambaAlignManager):
-                manager.remarks_prompt_boundary = \
-                    not config.behaviour.mamba_align_skips_keyed_boundary
         max_chunk = config.max_num_batched_tokens
         if config.long_prefill_token_threshold > 0:
             max_chunk = min(max_chunk, config.long_prefill_token_threshold)
         sub_block = kv_cache_manager.coordinator.sub_block_hits
         return cls(config.block_size, max_chunk,
-                   config.effective_hash_block_size if sub_block else 0)
+                   config.effective_hash_block_size if sub_block else 0,
+                   config.use_eagle_block_drop)
 
     def clip(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0) -> int:
         """The chunk length for `num_new_tokens` proposed after the request's computed tokens
@@ -76,12 +82,12 @@ class MambaAlignedSplit:
             aligned_end = end // block_size * block_size
             if aligned_end > start or block_size <= self.max_chunk_tokens:
                 end = aligned_end
-        last_cacheable = (request.num_tokens - 1) // block_size * block_size
+        eagle = self.eagle_block_drop
+        last_cacheable = checkpoint_boundary(request.num_tokens, block_size, eagle)
         junction = request.shared_prefix_boundary
         tail = 0
         if self.tail_hash_block:
-            hbs = self.tail_hash_block
-            tail = (request.num_prompt_tokens - 1) // hbs * hbs
+            tail = checkpoint_boundary(request.num_prompt_tokens, self.tail_hash_block, eagle)
             if not last_cacheable < tail < request.num_prompt_tokens:
                 tail = 0
         stops = (
@@ -93,3 +99,4 @@ class MambaAlignedSplit:
         )
         end = min((stop for stop in stops if start < stop < end), default=end)
         return max(end - start, 0)
+

@@ -23,7 +23,7 @@ from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMet
 from impl.sched.spec_stats import RequestSpecMetrics
 
 if TYPE_CHECKING:
-    from impl.core.mamba_align import BoundaryState
+    from impl.core.mamba_boundaries import BoundaryState
 
 #: A draft token whose id is not known when its slot is scheduled (filled in by the worker).
 PLACEHOLDER_DRAFT = -1

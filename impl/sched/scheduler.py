@@ -28,6 +28,7 @@ from impl.sched.encoder_decoder_cache import (
 )
 from impl.sched.make_output import make_output
 from impl.sched.mamba_split import MambaAlignedSplit
+from impl.sched.manager_rules import hand_rules_to_managers
 from impl.sched.output import (
     SchedulerOutput,
 )
@@ -78,9 +79,6 @@ class Scheduler(Admission):
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
         )
-        for manager in self.kv_cache_manager.coordinator.managers:
-            manager.eagle_junction_block_below = \
-                scheduler_config.behaviour.eagle_junction_block_below
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)
         self.max_num_encoder_input_tokens = encoder_budget
@@ -120,6 +118,7 @@ class Scheduler(Admission):
                                                    self.kv_cache_manager)  # None: no 'align'
         self.prefix_replay_tokens = prefix_replay_window(kv_cache_config)
         self._setup_connector(scheduler_config, kv_cache_config)
+        hand_rules_to_managers(self.kv_cache_manager, self.behaviour, self.connector is not None)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from impl.core.kv_cache_manager import KVCacheManager
-from impl.core.mamba_align import BoundaryState, MambaAlignManager
+from impl.core.mamba_align import MambaAlignManager
+from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import FullAttentionSpec, MambaSpec
 from impl.sched.request import Request
 from tests.core.helpers import admit, make_manager, make_request

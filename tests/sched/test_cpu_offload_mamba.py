@@ -11,7 +11,7 @@ import pytest
 
 from impl.connector.cpu_offload import lazy_target_blocks
 from impl.connector.types import KVConnectorOutput, OffloadSettings
-from impl.core.mamba_align import BoundaryState
+from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.scheduler import Scheduler

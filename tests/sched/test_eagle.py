@@ -10,7 +10,7 @@ import pytest
 
 from impl.behaviour import behaviour_for
 from impl.core.request_hasher import RequestBlockHasher
-from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.request import Request
 from impl.sched.scheduler import Scheduler
@@ -55,12 +55,17 @@ def test_lookahead_hashes_only_for_eagle_from_033_without_a_connector() -> None:
     assert _scheduler("0.33.0", "ngram").scheduler_config.num_hash_lookahead_tokens == 0
 
 
-def test_eagle_with_mamba_is_refused_with_the_group_named() -> None:
+def test_eagle_with_chunked_local_attention_is_refused_with_the_group_named() -> None:
+    """Upstream refuses EAGLE beside chunked local attention at the first lookup; beside mamba
+    it runs (`tests/sched/test_eagle_mamba.py`)."""
+    from impl.core.specs import ChunkedLocalAttentionSpec
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256, max_model_len=512,
                              num_spec_tokens=2, spec_method="eagle")
     kv_config = KVCacheConfig(40, (KVCacheGroupSpec(("full",), FullAttentionSpec(16)),
-                                   KVCacheGroupSpec(("m",), MambaSpec(16))))
-    with pytest.raises(ValueError, match=r"kv_cache_groups\[1\]: MambaSpec with an EAGLE"):
+                                   KVCacheGroupSpec(("c",), ChunkedLocalAttentionSpec(
+                                       16, attention_chunk_size=64))))
+    with pytest.raises(ValueError,
+                       match=r"kv_cache_groups\[1\]: ChunkedLocalAttentionSpec with an EAGLE"):
         Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
     with pytest.raises(ValueError, match="spec_method: must be 'ngram' or 'eagle'"):
         SchedulerConfig(1, 1, 1, spec_method="medusa")

@@ -143,3 +143,55 @@ def test_admission_stops_at_a_zero_token_clip() -> None:
     # a's prompt is done (80): its state at 80 (block 18) is kept for the decode, whose token
     # got a new block (22); blocks left of it were retired as a's chunks were processed.
     assert s.kv_cache_manager.get_block_ids("a")[1] == [0, 0, 0, 0, 18, 22]
+
+
+EAGLE = MambaAlignedSplit(block_size=16, max_chunk_tokens=64, eagle_block_drop=True)
+
+
+def test_with_eagle_the_chunk_stops_a_block_below_the_last_boundary() -> None:
+    """EAGLE's hits give up their last block: the state a hit needs ends one block below the
+    last boundary at or before the end (the drop itself leaves tokens to recompute)."""
+    assert EAGLE.clip(request(40), 64) == 16    # not 32
+    assert EAGLE.clip(request(48), 64) == 32    # a whole-block prompt: 48 - 16
+    assert EAGLE.clip(request(17), 17) == 17    # no boundary below: one chunk
+    # A resumed request replays its output: the boundary counts every token it has.
+    assert EAGLE.clip(request(40, outputs=9), 64) == 32
+
+
+def test_with_eagle_and_sub_block_hits_the_tail_stop_is_a_hash_block_lower() -> None:
+    """Hashes every 4 tokens: a 42-token prompt's tail state is at 36 under EAGLE (40
+    without), so a chunk from 16 stops there, past the last block stop (16)."""
+    eagle = MambaAlignedSplit(16, 64, tail_hash_block=4, eagle_block_drop=True)
+    plain = MambaAlignedSplit(16, 64, tail_hash_block=4)
+    assert eagle.clip(request(42, computed=16), 26) == 20
+    assert plain.clip(request(42, computed=16), 26) == 16  # the last block stop, 32
+
+
+def test_an_eagle_scheduler_splits_so_a_resend_hits_the_state_it_needs() -> None:
+    """Full attention + mamba ('align'), 0.32's EAGLE rule: a 63-token prompt runs as 32 + 31
+    (not 48 + 15); the resend's full-attention hit (48) gives a block back to 32, where the
+    state is."""
+    from impl.behaviour import behaviour_for
+    from impl.core.request_hasher import RequestBlockHasher
+
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256, max_model_len=512,
+                             num_spec_tokens=2, num_lookahead_tokens=2, spec_method="eagle",
+                             behaviour=behaviour_for("0.32.0"))
+    kv_config = KVCacheConfig(60, (
+        KVCacheGroupSpec(("f",), FullAttentionSpec(16)),
+        KVCacheGroupSpec(("m",), MambaSpec(16, mamba_cache_mode="align",
+                                           num_speculative_blocks=2))))
+    s = Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
+
+    def prompt(request_id: str) -> Request:
+        return Request(request_id, range(500, 563), max_tokens=1, eos_token_id=2,
+                       block_hasher=RequestBlockHasher(16, "sha256", NONE_HASH))
+
+    s.add_request(prompt("a"))
+    output, _ = step(s)
+    assert scheduled(output) == {"a": 32}
+    output, _ = step(s)
+    assert scheduled(output) == {"a": 31}
+    s.add_request(prompt("b"))
+    output, _ = step(s)
+    assert output.scheduled_new_reqs[0].num_computed_tokens == 32

@@ -14,7 +14,7 @@ from impl.connector.offloading.windows import (
     window_in_chunks,
 )
 from impl.connector.types import OffloadingSettings
-from impl.core.mamba_align import BoundaryState
+from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.scheduler import Scheduler

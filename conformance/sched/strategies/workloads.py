@@ -147,8 +147,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
                         else (None, block_size // 2, block_size // 4, block_size // 8) if align
                         else (None, None, block_size // 2)), label="hash_block_size")
     # An EAGLE drafter (hits give up their last block; from 0.33 block hashes cover the next
-    # token instead) where the twin models it: no mamba or chunked local groups.
-    eagle = bool(spec) and all(g.type not in ("mamba", "chunked_local") for g in groups) and draw(
+    # token instead) where upstream runs it: no chunked local groups.
+    eagle = bool(spec) and all(g.type != "chunked_local" for g in groups) and draw(
         st.sampled_from((False, False, True)), label="eagle")
     # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
     # states keep only the tails a replay or a shared prefix's junction can reach; an

@@ -60,13 +60,20 @@ class RequestOffload:
 
     def extend_keys(self, shapes: tuple[GroupShape, ...]) -> None:
         """Key every chunk the request's hashes now reach, recording where each chunk ends."""
-        hashes = self.request.block_hashes
+        num_hashes = len(self.request.block_hashes)
         for shape, state in zip(shapes, self.groups, strict=True):
-            step = shape.hashes_per_chunk
-            for index in range(step * (len(state.keys) + 1) - 1, len(hashes), step):
-                key = offload_key(hashes[index], shape.group)
-                state.keys.append(key)
-                self.context.set_position(key, len(state.keys) * shape.tokens_per_chunk)
+            per_chunk = shape.tokens_per_chunk
+            reached = num_hashes // shape.hashes_per_chunk
+            for chunk in range(len(state.keys), reached):
+                state.keys.append(self.chunk_key(shape, (chunk + 1) * per_chunk))
+
+    def chunk_key(self, shape: GroupShape, boundary: int) -> OffloadKey:
+        """The key of `shape`'s chunk ending at token `boundary` (a whole chunk, within the
+        request's hashes), its position recorded in the request's context."""
+        hash_block = shape.tokens_per_chunk // shape.hashes_per_chunk
+        key = offload_key(self.request.block_hashes[boundary // hash_block - 1], shape.group)
+        self.context.set_position(key, boundary)
+        return key
 
     def storable_chunks(self, shape: GroupShape, state: GroupState, num_tokens: int,
                         blocks_per_chunk: int) -> int:

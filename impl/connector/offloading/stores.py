@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from impl.behaviour import Behaviour
 from impl.connector.offloading.job_book import JobBook
 from impl.connector.offloading.jobs import GPUBlocks, JobStatus, TransferJob
-from impl.connector.offloading.keys import OffloadKey, offload_key
+from impl.connector.offloading.keys import OffloadKey
 from impl.connector.offloading.request_state import GroupShape, GroupState, RequestOffload
 from impl.connector.offloading.windows import store_mask
 from impl.connector.types import OffloadingSettings
@@ -35,7 +35,7 @@ from impl.core.single_type_manager import reachable_boundaries
 from impl.core.specs import MambaSpec, SlidingWindowSpec
 
 if TYPE_CHECKING:
-    from impl.core.mamba_align import BoundaryState
+    from impl.core.mamba_boundaries import BoundaryState
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
 
@@ -146,10 +146,7 @@ class StoreOffers(JobBook):
                 if offer.block_id == 0 or offer.boundary > limit \
                         or offer.boundary % shape.tokens_per_chunk:
                     continue
-                hash_block = shape.tokens_per_chunk // shape.hashes_per_chunk
-                key = offload_key(request.block_hashes[offer.boundary // hash_block - 1],
-                                  offer.group)
-                state.context.set_position(key, offer.boundary)
+                key = state.chunk_key(shape, offer.boundary)
                 plan = self.manager.prepare_store([key], state.context)
                 if plan is None or not plan.keys:
                     continue

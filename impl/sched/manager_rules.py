@@ -1,0 +1,29 @@
+"""What the scheduler tells its KV-cache managers once, after it is built: the release's rules
+(`impl.behaviour`) the managers follow and whether a KV connector reads their blocks.
+
+One place, so a manager built alone (the KV-level tests, the KV machine) keeps its defaults
+and a scheduler sets every flag the same way:
+
+| manager flag                  | from                                        | who reads it   |
+| ----------------------------- | ------------------------------------------- | -------------- |
+| `eagle_junction_block_below`  | `Behaviour.eagle_junction_block_below`      | every group    |
+| `remarks_prompt_boundary`     | not `Behaviour.mamba_align_skips_keyed_...` | mamba 'align'  |
+| `offers_boundary_states`      | a KV connector is on                        | mamba 'align'  |
+"""
+
+from __future__ import annotations
+
+from impl.behaviour import Behaviour
+from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.mamba_align import MambaAlignManager
+
+
+def hand_rules_to_managers(kv_cache_manager: KVCacheManager, behaviour: Behaviour,
+                           has_connector: bool) -> None:
+    """Set the flags of the table above on every group's manager."""
+    for manager in kv_cache_manager.coordinator.managers:
+        manager.eagle_junction_block_below = behaviour.eagle_junction_block_below
+        if isinstance(manager, MambaAlignManager):
+            manager.remarks_prompt_boundary = not behaviour.mamba_align_skips_keyed_boundary
+            # A connector stores mamba 'align' states by block, from the cache's offers.
+            manager.offers_boundary_states = has_connector
