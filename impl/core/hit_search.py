@@ -31,7 +31,7 @@ SpecGroups = Sequence[tuple[KVCacheSpec, list[int]]]
 def find_hybrid_hit(
     block_hashes: Sequence[BlockHash], hash_block_size: int, max_length: int,
     spec_groups: SpecGroups, managers: Sequence[SingleTypeKVCacheManager],
-    block_pool: BlockPool, alignment: int, use_eagle: bool, sub_block_hits: bool = False,
+    block_pool: BlockPool, alignment: int, use_eagle: bool, sub_block_hits: bool,
 ) -> tuple[dict[int, list[KVCacheBlock]], int, int]:
     """Hits by group id (groups without a prefix cache absent), the agreed length, and the
     longest length any one type found (the shared-prefix junction's candidate).

@@ -132,3 +132,15 @@ def test_a_connectors_per_group_lookup_looks_a_block_past_before_the_drop() -> N
     assert lengths == (48, 48)
     found = lagging_hit(coordinator, b)
     assert found is not None and found[1:] == (48, False)
+
+
+def test_a_sub_block_eagle_miss_stays_a_miss_and_one_token_is_given_up() -> None:
+    """Nothing cached: no hit, nothing to give up (never a negative length). Hashes of one
+    token: a one-token hit gives up that token."""
+    pool = BlockPool(12, enable_caching=True, enable_kv_cache_events=False)
+    hashes = [bytes([fine]) * 4 for fine in range(16)]
+    assert full_attention_hit(hashes, 64, [0], pool, 8, 2, drop_eagle=True) == ([[]], 0)
+    block = pool.get_new_blocks(1)[0]
+    pool.cache_partial_block(block, hashes[0], 0, 1)
+    hits, length = full_attention_hit(hashes, 64, [0], pool, 8, 1, drop_eagle=True)
+    assert (hits, length) == ([[]], 0)

@@ -219,6 +219,10 @@ def test_a_hit_stops_at_an_evicted_block_even_with_a_later_tail_cached() -> None
     pool, hashes = _pool_with({3: 1, 7: 2, 13: 4})
     hits, length = full_attention_hit(hashes, 64, [0], pool, 8, 2)
     assert ([b.block_id for b in hits[0]], length) == ([1, 2], 16)
+    # A tail entry at the first boundary of block 3 (fine 12): still past the hole.
+    pool, hashes = _pool_with({3: 1, 7: 2, 12: 4})
+    hits, length = full_attention_hit(hashes, 64, [0], pool, 8, 2)
+    assert ([b.block_id for b in hits[0]], length) == ([1, 2], 16)
 
 
 def test_a_partial_end_inside_the_next_block_sets_the_length_exactly() -> None:
