@@ -101,16 +101,22 @@ def test_sparse_retention_keeps_eagles_replay_boundary_at_the_scheduler_block() 
     assert "a" not in mamba(manager).partial_hit_reqs  # nothing to copy
 
 
+def resend_after(num_tokens: int, chunks: list[int]) -> tuple[HybridKVCacheCoordinator, Request]:
+    """a (`num_tokens`, blocks and hashes of 16) computed in `chunks`; b resends its prompt."""
+    manager = eagle_manager(16, 16)
+    a = make_request("a", range(num_tokens), block_size=16)
+    for num_new in chunks:
+        step(manager, a, num_new)
+    coordinator = manager.coordinator
+    assert isinstance(coordinator, HybridKVCacheCoordinator)
+    return coordinator, make_request("b", range(num_tokens), block_size=16)
+
+
 def test_a_connectors_per_group_lookup_drops_full_attentions_block_too() -> None:
     """a (63 tokens, blocks of 16) computed its first chunk (32): full attention finds 32 and
     gives a block back (16), mamba finds its state at 32, deeper than full attention: the
     agreed hit stands (no lagging hit)."""
-    manager = eagle_manager(16, 16)
-    a = make_request("a", range(63), block_size=16)
-    step(manager, a, 32)
-    b = make_request("b", range(63), block_size=16)
-    coordinator = manager.coordinator
-    assert isinstance(coordinator, HybridKVCacheCoordinator)
+    coordinator, b = resend_after(63, [32])
     _, lengths = find_hit_per_group(coordinator, b, 62)
     assert lengths == (16, 32)
     assert lagging_hit(coordinator, b) is None
@@ -121,13 +127,7 @@ def test_a_connectors_per_group_lookup_looks_a_block_past_before_the_drop() -> N
     prompt (63 + a block, capped by its 4 hashes) and gives one block back (48), so it agrees
     with mamba's state at 48 and the connector may complete from there (32 without the look
     past: mamba would then run deeper and the agreed hit would be asked instead)."""
-    manager = eagle_manager(16, 16)
-    a = make_request("a", range(64), block_size=16)
-    step(manager, a, 48)
-    step(manager, a, 16)
-    b = make_request("b", range(64), block_size=16)
-    coordinator = manager.coordinator
-    assert isinstance(coordinator, HybridKVCacheCoordinator)
+    coordinator, b = resend_after(64, [48, 16])
     _, lengths = find_hit_per_group(coordinator, b, 63)
     assert lengths == (48, 48)
     found = lagging_hit(coordinator, b)
