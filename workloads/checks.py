@@ -30,6 +30,7 @@ from workloads.model import (
     Workload,
 )
 from workloads.multimodal import MultimodalItem, check_items
+from workloads.offload_limits import OffloadLimitsSpec, check_offload_limits
 from workloads.pd import KVTransferSpec, check_kv_transfer
 from workloads.pd_pair import check_pd_pair, pd_pair_of
 from workloads.prompts import TokenSource
@@ -192,6 +193,14 @@ def _request(
                           else config.kv_connector.type, continues=rec.after is not None,
                           streaming=rec.stream_end_step is not None, has_mm=bool(mm_items),
                           fail=fail, bidirectional=nixl is not None and nixl.bidirectional)
+    offload_limits = None
+    if rec.offload_limits is not None:
+        offload_limits = OffloadLimitsSpec(rec.offload_limits.max_load_tokens,
+                                           rec.offload_limits.max_offload_tokens)
+        check_offload_limits(
+            offload_limits, config.kv_connector is not None
+            and config.kv_connector.part("offloading") is not None,
+            streaming=rec.stream_end_step is not None, fail=fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -215,6 +224,7 @@ def _request(
         grammar=grammar,
         kv_cache_report_mode=rec.kv_cache_report_mode,
         kv_transfer=kv_transfer,
+        offload_limits=offload_limits,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from workloads.controls import ControlSpec
 from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
+from workloads.offload_limits import OffloadLimitsSpec
 from workloads.pd import KVTransferSpec, PDPairSpec
 from workloads.streaming import StreamChunk
 
@@ -394,6 +395,7 @@ class RequestSpec:
     # prefix-cache lookup that hits announces the reused blocks as stored.
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
     kv_transfer: KVTransferSpec | None = None  # a P/D request (`workloads.pd`)
+    offload_limits: OffloadLimitsSpec | None = None  # `workloads.offload_limits`
 
     @property
     def prompt_len(self) -> int:

@@ -137,6 +137,11 @@ class KVTransferModel(_Strict):
     readback_tokens: PosInt | None = None
 
 
+class OffloadLimitsModel(_Strict):
+    max_load_tokens: NonNegInt | None = None
+    max_offload_tokens: NonNegInt | None = None
+
+
 class MultimodalModel(_Strict):
     max_num_encoder_input_tokens: PosInt = 2048
     encoder_cache_size: PosInt = 2048
@@ -252,6 +257,7 @@ class RequestModel(_Strict):
     grammar: GrammarModel | None = None
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
     kv_transfer: KVTransferModel | None = None
+    offload_limits: OffloadLimitsModel | None = None
 
 
 class AbortModel(_Strict):

@@ -90,6 +90,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         record["grammar"] = request.grammar.to_dict()
     if request.kv_transfer is not None:
         record["kv_transfer"] = request.kv_transfer.to_dict()
+    if request.offload_limits is not None:
+        record["offload_limits"] = request.offload_limits.to_dict()
     return record
 
 

@@ -45,6 +45,10 @@ NOT_OFFLOADED: dict[str, str] = {
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
     "pd-disaggregation": "runs the NIXL P/D connector already (one connector per engine)",
     "offloading-resets": "runs the OffloadingConnector already",
+    "offloading-limits": "runs the OffloadingConnector already (its requests' caps are "
+                         "read by it alone)",
+    "offloading-limits-mamba": "runs the OffloadingConnector already (its requests' caps are "
+                               "read by it alone)",
     "multimodal-iteration-details": "a logging option over `multimodal`, which runs with "
                                     "every connector already",
     "spec-decode-request-metrics": "a metrics option over `spec-decode`, which runs with every "

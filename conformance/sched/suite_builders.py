@@ -1,14 +1,24 @@
 """Suite entries built by more than a config change: aborts planted at both ends of requests'
-lives, controls between steps, a P/D pair on a hybrid model, multimodal variants."""
+lives, controls between steps, a P/D pair on a hybrid model, multimodal variants, requests
+own offload caps."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from workloads import AbortSpec, KVCacheGroup, Workload, load
+from workloads import AbortSpec, EngineConfig, KVCacheGroup, RequestSpec, Workload, load
 from workloads.controls import ControlSpec
 from workloads.generators import generate
+from workloads.model import KVConnectorConfig
 from workloads.multimodal import MultimodalConfig
+from workloads.offload_limits import OffloadLimitsSpec
+
+OFFLOAD_CAPS: tuple[OffloadLimitsSpec | None, ...] = (
+    OffloadLimitsSpec(max_load_tokens=32), OffloadLimitsSpec(max_offload_tokens=48), None,
+    OffloadLimitsSpec(0, 64), OffloadLimitsSpec(100, 100), OffloadLimitsSpec(10**6, None),
+    OffloadLimitsSpec(17, 0))
+"""The caps `offloading_limits` hands out in turn: inside a chunk and on one, 0, past any
+prompt, one kind, both, none."""
 
 
 def aborts_mid_prefill_decode() -> Workload:
@@ -74,3 +84,33 @@ def modalities_disabled() -> Workload:
                    description=f"{workload.description}; every modality disabled, text only",
                    requests=tuple(replace(r, mm_items=()) for r in workload.requests),
                    config=replace(workload.config, multimodal=MultimodalConfig(120, 200, False, 0)))
+
+
+def offloading_limits(groups: tuple[KVCacheGroup, ...], name: str, blocks_per_chunk: int,
+                      prompt_only: bool = True) -> Workload:
+    """Four prompts (203 to 301 tokens) sent five times each, round after round, to a GPU
+    pool that holds about two of them, beside an OffloadingConnector that holds them all:
+    every resend finds its prefix on the CPU, not the GPU. Each request gets its own caps in
+    turn (`OFFLOAD_CAPS`): loads cut short of the CPU tier's hit and to whole chunks, stores
+    stopping early or never made. `prompt_only` False: every chunk stored, not the prompt's
+    alone."""
+    lengths = (203, 250, 277, 301)
+    requests = []
+    for index in range(5 * len(lengths)):
+        prompt = index % len(lengths)
+        start = 1000 * (prompt + 1)
+        requests.append(RequestSpec(
+            f"r{index}", 24 * index, tuple(range(start, start + lengths[prompt])),
+            max_tokens=6, ignore_eos=True,
+            offload_limits=OFFLOAD_CAPS[index % len(OFFLOAD_CAPS)]))
+    connector = KVConnectorConfig(
+        "offloading", num_cpu_chunks=512 // blocks_per_chunk,
+        offloaded_block_size=None if blocks_per_chunk == 1 else 16 * blocks_per_chunk,
+        eviction_policy="arc" if blocks_per_chunk == 1 else "lru",
+        offload_prompt_only=prompt_only)
+    return Workload(name, "four prompts resent round after round to a GPU pool too small to "
+                    "keep them, the OffloadingConnector holding them all; per-request offload "
+                    "caps", EngineConfig(block_size=16, num_blocks=48, max_num_seqs=4,
+                                         max_num_batched_tokens=256, max_model_len=320,
+                                         kv_cache_groups=groups, kv_connector=connector),
+                    tuple(requests))

@@ -356,6 +356,18 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
                "their late reports ignored, requests offering their chunks again",
                suite_builders.offloading_resets),
+    SuiteEntry("offloading-limits", "requests' own caps on the OffloadingConnector "
+               "(max_load_tokens, max_offload_tokens; ARC, chunks of a block) beside a sliding "
+               "window: loads cut short of the CPU tier's hit and to whole chunks, stores "
+               "stopping early or never made",
+               lambda: suite_builders.offloading_limits(
+                   (KVCacheGroup("full"), KVCacheGroup("sliding_window", sliding_window=128)),
+                   "offloading-limits", blocks_per_chunk=1)),
+    SuiteEntry("offloading-limits-mamba", "the same caps beside mamba ('align'), chunks of two "
+               "blocks, every chunk stored (not the prompt's alone): a state past the offload "
+               "cap is not stored", lambda: suite_builders.offloading_limits(
+                   FULL_MAMBA_ALIGN, "offloading-limits-mamba", blocks_per_chunk=2,
+                   prompt_only=False)),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),

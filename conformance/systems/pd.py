@@ -42,13 +42,26 @@ def upstream_params(request: RequestSpec, block_size: int) -> dict[str, Any] | N
     return {"do_remote_prefill": True, "do_remote_decode": False, **peer}
 
 
+def upstream_transfer_params(request: RequestSpec, block_size: int) -> dict[str, Any] | None:
+    """Everything upstream's `kv_transfer_params` carries for the request: its P/D part
+    (`upstream_params`) and its own offload caps (`workloads.offload_limits`; read by the
+    OffloadingConnector). None: neither."""
+    params = {**(upstream_params(request, block_size) or {}),
+              **(request.offload_limits.to_dict() if request.offload_limits else {})}
+    return params or None
+
+
 def remote_transfer(request: RequestSpec) -> Any:
-    """The twin's `RemoteTransfer` for the request (None: not a P/D request)."""
+    """The twin's `RemoteTransfer` for the request: None where upstream's request has no
+    `kv_transfer_params`. A request with offload caps alone has them (`upstream_transfer_params`),
+    and upstream's NIXL connector reads any parameters without `do_remote_decode` as a decode
+    side's: bidirectional, it keeps the finished request's blocks for a read back. The twin's
+    request gets an empty part, so its NIXL connector does the same."""
     from impl.connector.types import RemoteTransfer
 
     spec = request.kv_transfer
     if spec is None:
-        return None
+        return None if request.offload_limits is None else RemoteTransfer()
     return RemoteTransfer(do_remote_prefill=spec.role == "decode",
                           do_remote_decode=spec.role == "prefill",
                           readback_tokens=spec.readback_tokens)

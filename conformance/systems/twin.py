@@ -170,6 +170,7 @@ class ImplSystem:
         self._throttled = False  # a DP engine core's word for the next step
 
     def add_request(self, request: RequestSpec, arrival_time: float) -> None:
+        from impl.connector.types import OffloadLimits
         from impl.core.multimodal import MultiModalFeature
         from impl.sched.grammar import Grammar
         from impl.sched.request import Request
@@ -192,6 +193,9 @@ class ImplSystem:
             pooling=self.config.runner == "pooling",
             report_reused_blocks=request.kv_cache_report_mode == "full",
             kv_transfer=remote_transfer(request),
+            offload_limits=None if request.offload_limits is None else OffloadLimits(
+                request.offload_limits.max_load_tokens,
+                request.offload_limits.max_offload_tokens),
             grammar=None if spec is None else Grammar(
                 spec.allowed_lo, spec.allowed_hi,
                 (*request.stop_token_ids, *(() if request.eos_token_id is None

@@ -109,6 +109,17 @@ class MultiSettings:
                              f"NIXL and one offloading connector (got {kinds})")
 
 
+@dataclass(frozen=True, slots=True)
+class OffloadLimits:
+    """A request's own caps on the OffloadingConnector (upstream's experimental
+    `kv_transfer_params` keys of the same names; None: no cap). `max_load_tokens`: tokens past
+    the local hit a lookup may load (the hit is then cut to whole chunks);
+    `max_offload_tokens`: the request's leading tokens the connector may store."""
+
+    max_load_tokens: int | None = None
+    max_offload_tokens: int | None = None
+
+
 @dataclass(slots=True)
 class RemoteTransfer:
     """A request's part in a prefill/decode pair (`impl.connector.nixl`), upstream's

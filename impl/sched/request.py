@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from impl.connector.types import RemoteTransfer
+from impl.connector.types import OffloadLimits, RemoteTransfer
 from impl.core.block import BlockHash
 from impl.core.multimodal import MultiModalFeature
 from impl.core.request_hasher import RequestBlockHasher
@@ -65,7 +65,7 @@ class Request:
         "replay_start",
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
-        "report_reused_blocks", "_hasher", "kv_transfer", "spec_metrics",
+        "report_reused_blocks", "_hasher", "kv_transfer", "spec_metrics", "offload_limits",
     )
 
     def __init__(
@@ -92,8 +92,11 @@ class Request:
         pooling: bool = False,
         report_reused_blocks: bool = False,
         kv_transfer: RemoteTransfer | None = None,
+        offload_limits: OffloadLimits | None = None,
     ) -> None:
         self.request_id = request_id
+        # Its own caps on the OffloadingConnector's loads and stores (None: none).
+        self.offload_limits = offload_limits
         # Its part in a prefill/decode pair (upstream's kv_transfer_params; None: none).
         self.kv_transfer = kv_transfer
         # Speculative-decoding metrics over its life (per_request_spec_decode_metrics).

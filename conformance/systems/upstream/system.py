@@ -26,7 +26,7 @@ from conformance.systems.connector import (
     upstream_connector_output,
 )
 from conformance.systems.controls import drive_control
-from conformance.systems.pd import handed_on, upstream_params
+from conformance.systems.pd import handed_on, upstream_transfer_params
 from conformance.systems.protocol import (
     FREE_HEAD,
     BlockCounts,
@@ -226,8 +226,8 @@ class UpstreamSystem:
         extra: dict[str, Any] = {}
         if request.kv_cache_report_mode != "incremental":  # read by upstream's Request
             extra["kv_cache_report_mode"] = request.kv_cache_report_mode
-        transfer = upstream_params(request, self.config.block_size)
-        if transfer is not None:  # a P/D request (read by upstream's Request)
+        transfer = upstream_transfer_params(request, self.config.block_size)
+        if transfer is not None:  # a P/D part, offload caps (read by upstream's Request)
             extra["kv_transfer_params"] = transfer
         if extra:
             params.extra_args = extra

@@ -10,10 +10,12 @@ can undo an answer given before:
 * a windowed group's run was found for the longer hit; once a later group shortens it, the
   windowed groups are asked again for the shorter one.
 
-The rounds go on until no group shortens the hit. With a windowed group the prompt's last
-token is never loaded (it is computed again for its logits, and a window must still hold a
-hit after that). A hit whose chunks another request's load is reading right now waits a
-step (`None`), as does a hit with a chunk still being written.
+The rounds go on until no group shortens the hit. A request's own `max_load_tokens` caps
+the hit past its local one, and then cuts it, group by group, to whole chunks (without a cap
+a group's hit may end inside a chunk: the request's last tokens). With a windowed group the
+prompt's last token is never loaded (it is computed again for its logits, and a window must
+still hold a hit after that). A hit whose chunks another request's load is reading right now
+waits a step (`None`), as does a hit with a chunk still being written.
 """
 
 from __future__ import annotations
@@ -53,7 +55,12 @@ class Lookups:
         """The hit past the local one in tokens (0: none), or None to ask again next step."""
         order, windowed = self.lookup_groups, self.windowed_groups
         num_local = state.num_local_tokens
-        max_hit = state.request.num_tokens - (1 if windowed else 0)
+        max_hit = state.request.num_tokens
+        limits = state.request.offload_limits
+        cap = None if limits is None else limits.max_load_tokens
+        if cap is not None:
+            max_hit = min(max_hit, num_local + cap)
+        max_hit -= 1 if windowed else 0
         if windowed and self.mamba_align_size is not None:
             max_hit -= max_hit % self.mamba_align_size  # a mamba state ends a whole chunk
         num_hit = 0
@@ -66,6 +73,8 @@ class Lookups:
                 shape, group = self.shapes[index], state.groups[index]
                 per_chunk = shape.tokens_per_chunk
                 max_hit = min(max_hit, len(group.keys) * per_chunk)
+                if cap is not None:
+                    max_hit -= max_hit % per_chunk  # a capped load ends on a whole chunk
                 if max_hit - num_local < per_chunk:
                     return 0
                 start = num_local // per_chunk

@@ -29,8 +29,9 @@ Full-attention, sliding-window, chunked-local and mamba 'align' groups are twinn
 lookups and sparse stores: `windows`; a mamba state is stored by the block the cache offers,
 `stores`); mamba partial tails (hashes finer than the block) are not, nor mamba in another
 mode (`check_offloading_supported` says so), nor EAGLE/MTP drafter groups (the workload format
-has no drafter with a connector), tiering backends (they need their storage services) or the
-per-request `kv_transfer_params` caps (the workload format has no such field).
+has no drafter with a connector), nor tiering backends (they need their storage services).
+A request's own caps (`OffloadLimits`: upstream's `max_load_tokens` and `max_offload_tokens`
+transfer parameters) bound its lookups and stores.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`StoreOffers`: each step, every scheduled or just-finished request offers the chunks it
-has computed, allocated and keyed but not offered yet, and gets one store job.
+has computed, allocated and keyed but not offered yet, and gets one store job. A request's own
+`max_offload_tokens` caps what it may store (`_offloadable`).
 
 How far a request has computed: its computed tokens plus those scheduled this step; an aborted
 request's computed tokens; a finished request's tokens but the last sampled one (its KV is
@@ -64,12 +65,10 @@ class StoreOffers(JobBook):
                 num_tokens = max(request.num_prompt_tokens, request.num_tokens - 1)
             else:
                 num_tokens = request.num_computed_tokens + scheduled[req_id]
-            num_tokens = min(num_tokens, request.num_tokens)
-            if self.settings.offload_prompt_only:
-                num_tokens = min(num_tokens, request.num_prompt_tokens)
+            num_tokens = self._offloadable(request, num_tokens)
             offered: list[OffloadKey] = []
             ranges: list[tuple[int, int]] = []
-            prompt_chunks_tokens = min(request.num_prompt_tokens, request.num_tokens)
+            prompt_chunks_tokens = self._offloadable(request, request.num_prompt_tokens)
             for shape, group in zip(self.shapes, state.groups, strict=True):
                 span = self._store_range(state, shape, group, num_tokens, prompt_chunks_tokens)
                 ranges.append((span.start, span.stop))
@@ -139,8 +138,7 @@ class StoreOffers(JobBook):
             if state is None:
                 continue
             request = state.request
-            limit = request.num_prompt_tokens if self.settings.offload_prompt_only \
-                else request.num_tokens
+            limit = self._offloadable(request, request.num_tokens)
             for offer in offers:
                 shape = self.shapes[offer.group]
                 if offer.block_id == 0 or offer.boundary > limit \
@@ -162,6 +160,17 @@ class StoreOffers(JobBook):
                 jobs[job_id] = TransferJob(req_id, GPUBlocks((offer.block_id,), tuple(sizes),
                                                              tuple(starts)), plan.chunk_ids)
         return jobs
+
+    def _offloadable(self, request: Request, num_tokens: int) -> int:
+        """How many of the request's first `num_tokens` tokens it may store: not past its
+        tokens, its own `max_offload_tokens`, nor (prompt only, the default) its prompt."""
+        num = min(num_tokens, request.num_tokens)
+        limits = request.offload_limits
+        if limits is not None and limits.max_offload_tokens is not None:
+            num = min(num, limits.max_offload_tokens)
+        if self.settings.offload_prompt_only:
+            num = min(num, request.num_prompt_tokens)
+        return num
 
     def _store_range(self, state: RequestOffload, shape: GroupShape, group: GroupState,
                      num_tokens: int, prompt_tokens: int) -> range:
