@@ -220,7 +220,7 @@ class StepRecord:
             events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
                                     e["parent_hash"], e["num_tokens"],
                                     tuple(e.get("token_ids", ())), e.get("block_size", 0),
-                                    e.get("lora_name"))
+                                    e.get("lora_name"), e.get("medium", "GPU"))
                          for e in data.get("events", ())),
             scheduler_stats=None if data.get("scheduler_stats") is None
             else stats_from_json(data["scheduler_stats"]),
@@ -282,7 +282,10 @@ def _ids_tuple(ids: list[list[int]] | None) -> BlockIds | None:
 
 
 def _event_json(event: CacheEvent) -> dict[str, Any]:
+    """The event as compared and written; the tier only when it is not the GPU's (a
+    connector's own), so recordings of GPU events read as before."""
     return {"kind": event.kind, "group": event.group, "block_hashes": list(event.block_hashes),
             "parent_hash": event.parent_hash, "num_tokens": event.num_tokens,
             "token_ids": list(event.token_ids), "block_size": event.block_size,
-            "lora_name": event.lora_name}
+            "lora_name": event.lora_name,
+            **({"medium": event.medium} if event.medium != "GPU" else {})}

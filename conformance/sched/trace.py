@@ -71,6 +71,8 @@ def event_json(event: CacheEvent) -> dict[str, Any]:
     if event.kind == "stored":
         out["parent_hash"] = event.parent_hash
         out["num_tokens"] = event.num_tokens
+    if event.medium != "GPU":
+        out["medium"] = event.medium
     return out
 
 

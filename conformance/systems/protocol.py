@@ -197,7 +197,9 @@ class CacheEvent:
     """A prefix-cache event, canonical: kind is stored | removed | cleared; hashes in hex.
 
     A stored event carries what a KV-event consumer (a router, an external index) keys on: the
-    tokens of the stored blocks, the block size and the LoRA adapter name, not only hashes."""
+    tokens of the stored blocks, the block size and the LoRA adapter name, not only hashes.
+    `medium`: the tier the blocks are in (the GPU prefix cache's, or "CPU" for a connector's
+    own tier)."""
 
     kind: str
     group: int | None = None
@@ -207,6 +209,7 @@ class CacheEvent:
     token_ids: tuple[int, ...] = ()
     block_size: int = 0
     lora_name: str | None = None
+    medium: str = "GPU"
 
 
 FREE_HEAD = 8

@@ -339,7 +339,7 @@ class ImplSystem:
         )
 
     def take_events(self) -> tuple[CacheEvent, ...]:
-        return tuple(_event(e) for e in self.scheduler.kv_cache_manager.take_events())
+        return tuple(_event(e) for e in self.scheduler.take_events())
 
     def check_integrity(self) -> None:
         self.scheduler.check_integrity()
@@ -353,8 +353,9 @@ def _event(event: Any) -> CacheEvent:
                           tuple(external_hash(h) for h in event.block_hashes),
                           None if parent is None else external_hash(parent),
                           len(event.token_ids), tuple(event.token_ids), event.block_size,
-                          getattr(event, "lora_name", None))
+                          getattr(event, "lora_name", None), event.medium)
     if kind == "BlockRemoved":
         return CacheEvent("removed", event.group_id,
-                          tuple(external_hash(h) for h in event.block_hashes))
+                          tuple(external_hash(h) for h in event.block_hashes),
+                          medium=event.medium)
     return CacheEvent("cleared")

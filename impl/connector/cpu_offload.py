@@ -42,6 +42,7 @@ from impl.core.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, KVCach
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
+    from impl.core.events import KVCacheEvent
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
 
@@ -242,6 +243,11 @@ class SimpleCPUOffloadScheduler(OffloadStores):
     def loading_finished(self) -> set[str]:
         """Finished requests whose load is still in flight."""
         return {rid for rid, state in self.reqs_to_load.items() if state.finished}
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The CPU pool's KV events are not modelled (the harness runs this tier with events
+        off on both sides)."""
+        return []
 
     def reset_cache(self) -> bool | None:
         """Upstream's reset abandons transfers in flight (their completions release pins

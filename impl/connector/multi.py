@@ -33,6 +33,7 @@ from impl.connector.types import FinishedTransfer, KVConnectorOutput
 
 if TYPE_CHECKING:
     from impl.connector.protocol import SchedulerConnector
+    from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
@@ -113,6 +114,10 @@ class MultiConnectorScheduler:
 
     def loading_finished(self) -> set[str]:
         return set().union(*(c.loading_finished() for c in self.connectors))
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Every connector's events, in the connectors' order."""
+        return [event for c in self.connectors for event in c.take_events()]
 
     def reset_cache(self) -> bool:
         """Every connector resets (none is skipped); refused if any refuses."""

@@ -44,6 +44,7 @@ from impl.core.specs import (
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
+    from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
@@ -239,6 +240,9 @@ class NixlConnectorScheduler:
 
     def reset_cache(self) -> None:
         """Nothing to forget: the connector caches no KV of its own."""
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return []  # no tier of its own
 
     def check_integrity(self) -> None:
         both = self._awaiting_read & set(self._pulling)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from impl.connector.nixl_metadata import NixlMetadata
     from impl.connector.offloading.jobs import OffloadingMetadata
     from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
+    from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
@@ -63,5 +64,8 @@ class SchedulerConnector(Protocol):
     def reset_cache(self) -> bool | None:
         """An operator's reset of the connector's own cache: False if refused, None if it
         keeps none."""
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """KV events of the connector's own tier since the last call (none without one)."""
 
     def check_integrity(self) -> None: ...

@@ -1,4 +1,8 @@
-"""KV-cache events: what a block pool reports to subscribers (e.g. a KV-aware router)."""
+"""KV-cache events: what a block pool reports to subscribers (e.g. a KV-aware router).
+
+`medium` says which tier the blocks are in: the GPU pool's events say "GPU"; the
+OffloadingConnector's CPU tier reports its chunks as "CPU" (`impl.connector.offloading.events`).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ class BlockStored:
     block_size: int
     lora_name: str | None
     group_id: int
+    medium: str = "GPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +30,7 @@ class BlockRemoved:
 
     block_hashes: tuple[BlockHash, ...]
     group_id: int
+    medium: str = "GPU"
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,8 @@ class ConnectorPaths(BlockFrees):
         check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
         return OffloadingConnectorScheduler(
             settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
-            enable_prefix_caching=config.enable_prefix_caching, behaviour=config.behaviour)
+            enable_prefix_caching=config.enable_prefix_caching, behaviour=config.behaviour,
+            enable_events=config.enable_kv_cache_events)
 
     # -- admission --------------------------------------------------------------------------
     def _remote_kv_ready(self, request: Request) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from impl.connector.protocol import SchedulerConnector
 from impl.connector.types import OffloadMetadata
 from impl.core.context_parallel import dcp_scheduler_view
+from impl.core.events import KVCacheEvent
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission import Admission
@@ -100,6 +101,7 @@ class Scheduler(Admission):
         self.kv_holding_waiting = create_request_queue(self.policy)
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
+        self.published_events: list[KVCacheEvent] = []
         self.prev_step_scheduled_req_ids: set[str] = set()
         self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.num_spec_tokens = scheduler_config.num_spec_tokens
@@ -280,3 +282,11 @@ class Scheduler(Admission):
         self.prev_step_scheduled_req_ids = set(output.num_scheduled_tokens)
         self.finished_req_ids = set()
 
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """KV events since the last call: those the last update published (the GPU pool's,
+        then the connector tier's), then the GPU pool's since. The connector's since stay
+        with it until the next update publishes them, as upstream's do."""
+        events, self.published_events = self.published_events, []
+        events.extend(self.kv_cache_manager.take_events())
+        return events

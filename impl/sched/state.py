@@ -33,6 +33,7 @@ from mypy_extensions import trait
 
 from impl.behaviour import Behaviour
 from impl.core.block import KVCacheBlock
+from impl.core.events import KVCacheEvent
 from impl.core.kv_cache_manager import KVCacheManager
 from impl.sched.config import SchedulerConfig
 from impl.sched.continuum.policy import ContinuumPolicy
@@ -83,3 +84,6 @@ class SchedulerState:
     log_stats: bool
     num_waiting_for_streaming_input: int
     grammar_compile_error_reqs: set[str]  # ids; finished with an error after the step
+    # KV events handed out at the end of the last update, as upstream publishes its batch: the
+    # GPU pool's so far, then the connector's tier's (`Scheduler.take_events`).
+    published_events: list[KVCacheEvent]

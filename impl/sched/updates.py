@@ -163,7 +163,15 @@ class SchedulerUpdates(OperatorResets, EncoderInputs, StreamingSessions, Structu
         if kv_output is not None:
             self._update_from_kv_xfer_finished(kv_output)
         self.spec_decoding_stats = spec_stats
+        self._publish_events()
         return outputs
+
+    def _publish_events(self) -> None:
+        """The step's KV events as upstream publishes them at the end of an update: the GPU
+        pool's, then the connector tier's (`Scheduler.take_events` hands them out)."""
+        self.published_events.extend(self.kv_cache_manager.take_events())
+        if self.connector is not None:
+            self.published_events.extend(self.connector.take_events())
 
     def _cache_verified_blocks(self, request: Request, num_trimmed: int,
                                had_placeholders: bool) -> None:

@@ -51,7 +51,7 @@ def test_blocks_filled_by_verified_drafts_are_cached_when_the_output_is_applied(
     verify(scheduler, [50, 51, 52, 9])
     assert scheduler.requests["a"].num_computed_tokens == 17
     assert num_cached_blocks(scheduler, "a") == (1 if behaviour.release == "0.33.0" else 0)
-    events = scheduler.kv_cache_manager.take_events()
+    events = scheduler.take_events()
     assert [type(e).__name__ for e in events] == (
         ["BlockStored"] if behaviour.release == "0.33.0" else [])
 
@@ -68,7 +68,7 @@ def test_tokens_a_stop_trims_are_not_cached(behaviour: Behaviour) -> None:
     scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[50, 51, 52]]))
     verify(scheduler, [50, 51, 52, 9])
     assert "a" not in scheduler.requests
-    assert scheduler.kv_cache_manager.take_events() == []
+    assert scheduler.take_events() == []
     assert scheduler.kv_cache_manager.block_pool.get_num_cached_blocks() == 0
 
 

@@ -120,7 +120,7 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
             lora_config=(LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)
                          if config.max_loras else None),
             kv_transfer_config=upstream_transfer_config(config, connector_class),
-            **observability(config),
+            **observability(config), **connector_events(config),
         )
     if config.spec_method == "eagle" and vllm_config.speculative_config is not None:
         # An EAGLE head needs a draft model to build; the scheduler only asks the config
@@ -158,6 +158,20 @@ def observability(config: EngineConfig) -> dict[str, Any]:
     from vllm.config import ObservabilityConfig
 
     return {"observability_config": ObservabilityConfig(**options)}
+
+
+def connector_events(config: EngineConfig) -> dict[str, Any]:
+    """KV events on for the connector's own tier where the twin models them: the
+    OffloadingConnector's (alone or in a MultiConnector). The engine-wide switch also turns
+    on the SimpleCPUOffloadConnector's, which the twin does not model, so that tier runs
+    without. The GPU pool's events are turned on by the adapter either way (and the adapter
+    stands in for the publisher the engine would build)."""
+    connector = config.kv_connector
+    if connector is None or connector.part("offloading") is None:
+        return {}
+    from vllm.config import KVEventsConfig
+
+    return {"kv_events_config": KVEventsConfig(enable_kv_cache_events=True, publisher="null")}
 
 
 def mamba_cache_mode(config: EngineConfig) -> str:

@@ -35,8 +35,14 @@ def upstream_event(event: Any) -> CacheEvent:
                           tuple(external_hash(h) for h in event.block_hashes),
                           None if parent is None else external_hash(parent),
                           len(event.token_ids), tuple(event.token_ids), event.block_size,
-                          getattr(event, "lora_name", None))
+                          getattr(event, "lora_name", None), _medium(event))
     if kind == "BlockRemoved":
         return CacheEvent("removed", getattr(event, "group_idx", None),
-                          tuple(external_hash(h) for h in event.block_hashes))
+                          tuple(external_hash(h) for h in event.block_hashes),
+                          medium=_medium(event))
     return CacheEvent("cleared")
+
+
+def _medium(event: Any) -> str:
+    """The event's tier; releases without the field publish GPU events only."""
+    return getattr(event, "medium", None) or "GPU"

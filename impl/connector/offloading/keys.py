@@ -20,6 +20,11 @@ def offload_key(block_hash: bytes, group: int) -> OffloadKey:
     return OffloadKey(block_hash + group.to_bytes(GROUP_SUFFIX_BYTES, "big", signed=False))
 
 
+def key_block_hash(key: OffloadKey) -> bytes:
+    """The block hash a key was made from (its group suffix dropped)."""
+    return key[:-GROUP_SUFFIX_BYTES]
+
+
 def key_group(key: OffloadKey) -> int:
     """The KV-cache group a key belongs to."""
     return int.from_bytes(key[-GROUP_SUFFIX_BYTES:], "big", signed=False)

@@ -40,6 +40,7 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
+from impl.connector.offloading.events import kv_events
 from impl.connector.offloading.jobs import (
     GPUBlocks,
     JobStatus,
@@ -61,6 +62,7 @@ from impl.core.specs import KVCacheConfig
 from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
+    from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
@@ -98,7 +100,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
     completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, enable_prefix_caching: bool = True,
-                 behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
+                 behaviour: Behaviour = DEFAULT_BEHAVIOUR, enable_events: bool = False) -> None:
         self.settings = settings
         self.behaviour = behaviour
         self.blocks_per_chunk = settings.blocks_per_chunk
@@ -114,7 +116,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
         self.mamba_align_size = mamba_align_tokens(self.shapes)
         self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
         self.manager = CPUOffloadingManager(
-            settings.num_cpu_chunks, settings.eviction_policy,
+            settings.num_cpu_chunks, settings.eviction_policy, enable_events=enable_events,
             store_threshold=settings.store_threshold,
             max_tracker_size=settings.max_tracker_size, behaviour=behaviour)
         self.requests: dict[str, RequestOffload] = {}
@@ -267,6 +269,9 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                 for slot in range(group.next_stored_chunk * self.blocks_per_chunk, end):
                     if group.block_ids[slot] in self.batch_allocated:
                         group.block_ids[slot] = 0
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return kv_events(self.manager.take_events())
 
     def reset_cache(self) -> None:
         """Forget every chunk: jobs in flight are flushed and their reports ignored, finished

@@ -113,7 +113,9 @@ class StoreOffers(JobBook):
             state.jobs.add(job_id)
             for block_id in fenced:
                 self.watched_blocks.setdefault(block_id, set()).add(job_id)
-            self.jobs[job_id] = JobStatus(req_id, 1, to_store, is_store=True,
+            # A copy of the set, as upstream keeps one: a set copied from a set is laid out
+            # anew, and the manager announces the chunks in the copy's iteration order.
+            self.jobs[job_id] = JobStatus(req_id, 1, set(to_store), is_store=True,
                                           deferred_fence=tuple(deferred), fence=tuple(fenced))
             jobs[job_id] = TransferJob(req_id, GPUBlocks(tuple(block_ids), tuple(sizes),
                                                          tuple(starts)), plan.chunk_ids)
