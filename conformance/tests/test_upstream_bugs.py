@@ -146,6 +146,26 @@ def test_an_aborted_transfer_that_never_lands_holds_its_blocks_forever_46283(mod
     assert state.blocks.active == 6  # the aborted request's blocks, still held
 
 
+def test_a_readback_claimed_again_after_its_failed_pull_waits_forever() -> None:
+    """A second turn's prefill reads the decode side's tokens back; the read fails and, under
+    'recompute', the prefill is admitted again and claims the same tokens as an asynchronous
+    load, but the NIXL connector orders a readback once per request: it waits for a pull
+    never ordered. Aborted, it keeps the blocks its claim took, and a later request that
+    needs them is never admitted. Both systems stall alike (found by the P/D family, where the
+    twin's integrity check first refused the finished request it kept); this test fails the
+    day upstream orders the readback again, gives up the claim, or frees the blocks."""
+    workload = load(str(BUGS / "pd-readback-claimed-again.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          integrity_every=1)
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed
+    assert "waiting request later not admitted" in str(stall.right)
+    state = stall.right_state
+    assert state.waiting == ("later",) and not state.running
+    assert state.blocks.active == 2  # the aborted prefill's claimed blocks, still held
+
+
 def test_two_connector_resets_between_steps_crash_the_offloading_connector() -> None:
     """Found by the offloading family: a second `reset_prefix_cache(reset_connector=True)`
     before the next step, with a store in flight, trips the assertion in upstream's

@@ -113,6 +113,7 @@ class NixlConnectorScheduler:
         self.recompute_threshold = recompute_threshold
         self._meta = NixlMetadata()
         self._pulling: dict[str, Request] = {}  # pulls ordered and not yet reported
+        self._stranded: dict[str, Request] = {}  # waiting for a pull never ordered
         self._awaiting_read: set[str] = set()  # finished prefills whose blocks wait for a read
 
     # -- admission --------------------------------------------------------------------------
@@ -165,8 +166,14 @@ class NixlConnectorScheduler:
             return
         if transfer.do_remote_decode or (transfer.do_remote_prefill and self.bidirectional):
             self._meta.reqs_in_batch.add(request.request_id)
-        readback = (transfer.do_remote_decode and self.bidirectional
-                    and transfer.readback_tokens is not None and not transfer.readback_ordered)
+        wants_readback = (transfer.do_remote_decode and self.bidirectional
+                          and transfer.readback_tokens is not None)
+        readback = wants_readback and not transfer.readback_ordered
+        if wants_readback and transfer.readback_ordered and num_external_tokens > 0:
+            # Claimed again after its one pull (a failed one, recomputed): it waits for a
+            # report that never comes, as upstream's does (`conformance/upstream_bugs/
+            # pd-readback-claimed-again.jsonl`); aborted, it keeps its blocks for good.
+            self._stranded[request.request_id] = request
         if not (transfer.do_remote_prefill or readback):
             return
         transfer.readback_ordered = readback or transfer.readback_ordered
@@ -234,9 +241,10 @@ class NixlConnectorScheduler:
         return None  # no CPU tier
 
     def loading_finished(self) -> set[str]:
-        """Finished requests that keep their blocks: pulls still in flight, reads awaited."""
-        return {rid for rid, r in self._pulling.items() if r.is_finished()} | \
-            self._awaiting_read
+        """Finished requests that keep their blocks: pulls still in flight, reads awaited,
+        readbacks claimed again (never pulled)."""
+        return {rid for rid, r in (*self._pulling.items(), *self._stranded.items())
+                if r.is_finished()} | self._awaiting_read
 
     def reset_cache(self) -> None:
         """Nothing to forget: the connector caches no KV of its own."""
