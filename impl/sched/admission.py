@@ -96,7 +96,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 self.deferred_waiting.add(request.request_id)
                 continue
             num_external, load_async = 0, False
-            if request.num_computed_tokens == 0:
+            fresh = request.num_computed_tokens == 0  # not resuming after a finished load
+            if fresh:
                 diverged = False
                 if self.connector is not None and self.connector.completes_lagging_groups:
                     hits, num_hit, diverged = kv.get_computed_blocks_for_connector(request)
@@ -191,7 +192,9 @@ class Admission(SchedulerUpdates, AdmissionRules):
             self.deferred_waiting.discard(request.request_id)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
-            if request.num_cached_tokens < 0:
+            if request.num_cached_tokens < 0 or (fresh and request.num_preemptions == 0):
+                # Its hit as upstream's prefill stats count it: at every fresh admission
+                # until it is preempted (after a failed load, the new hit replaces the old).
                 request.num_cached_tokens = num_computed
             if self.has_connector and num_computed + num_new < request.num_tokens:
                 self.inflight_prefills[request.request_id] = request
