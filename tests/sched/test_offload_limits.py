@@ -16,7 +16,7 @@ from tests.sched.test_offloading_connector import (
     offloading_scheduler,
     run_step,
 )
-from tests.sched.test_offloading_windows import hybrid_scheduler
+from tests.sched.test_offloading_windows import hybrid_scheduler, store_then_evict
 
 PROMPT = range(10, 30)  # 20 tokens: five blocks of 4
 
@@ -109,12 +109,7 @@ def test_beside_a_window_the_cap_comes_before_the_last_token_rule(cap: int | Non
     hit stops a token short (11); capped at 8 it stops at 8, then a token short (7), then at a
     whole chunk (4); a cap of the prompt's length is cut to a whole chunk too (8)."""
     scheduler = hybrid_scheduler(retention=None, num_blocks=9)
-    scheduler.add_request(make_request("a", range(10, 22), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    run_step(scheduler, done=(0,))
-    scheduler.add_request(make_request("filler", range(100, 115), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    run_step(scheduler, done=(1,))
+    store_then_evict(scheduler, range(10, 22))
     scheduler.add_request(capped("b", max_load=cap, prompt=range(10, 22)))
     run_step(scheduler)
     assert scheduler.step_external_hits == [("b", hit)]

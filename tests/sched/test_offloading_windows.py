@@ -147,6 +147,17 @@ def hybrid_scheduler(retention: int | None, window: int = 5, num_blocks: int = 2
     return Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=True)
 
 
+def store_then_evict(scheduler: Scheduler, prompt: range) -> None:
+    """`a` (`prompt`) runs and is stored to the CPU tier; then a filler takes the GPU pool
+    (of 9 blocks), evicting a's cached blocks, so a resend of the prompt loads from the CPU."""
+    scheduler.add_request(make_request("a", prompt, BLOCK, max_tokens=1))
+    run_step(scheduler)
+    run_step(scheduler, done=(0,))
+    scheduler.add_request(make_request("filler", range(100, 115), BLOCK, max_tokens=1))
+    run_step(scheduler)
+    run_step(scheduler, done=(1,))
+
+
 def test_sparse_retention_stores_only_the_windows_tail_before_the_replay() -> None:
     """A 13-token prompt: three full chunks of the full-attention group; of the window (one
     block before a hit) only the chunk before the replay boundary (12 tokens: chunk 2)."""
@@ -179,12 +190,7 @@ def test_a_hit_loads_the_windows_chunks_only() -> None:
     hits 12 tokens (the last token is computed again): the full-attention group loads its
     three chunks, the window (one block before token 12) only chunk 2."""
     scheduler = hybrid_scheduler(retention=None, num_blocks=9)
-    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    run_step(scheduler, done=(0,))
-    scheduler.add_request(make_request("filler", range(100, 115), BLOCK, max_tokens=1))
-    run_step(scheduler)  # evicts a's cached GPU blocks
-    run_step(scheduler, done=(1,))
+    store_then_evict(scheduler, range(10, 23))
     scheduler.add_request(make_request("b", range(10, 23), BLOCK, max_tokens=1))
     output, meta = run_step(scheduler)
     assert not output.scheduled_new_reqs  # it waits for its load
@@ -201,12 +207,7 @@ def test_with_a_window_the_prompts_last_token_is_never_loaded() -> None:
     (11 tokens), where full attention alone would load all 12. The window's load ends inside
     chunk 2, so it reads the 4 tokens before token 11 from chunks 1 and 2."""
     scheduler = hybrid_scheduler(retention=None, num_blocks=9)
-    scheduler.add_request(make_request("a", range(10, 22), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    run_step(scheduler, done=(0,))
-    scheduler.add_request(make_request("filler", range(100, 115), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    run_step(scheduler, done=(1,))
+    store_then_evict(scheduler, range(10, 22))
     scheduler.add_request(make_request("b", range(10, 22), BLOCK, max_tokens=1))
     _, meta = run_step(scheduler)
     (load,) = meta.load_jobs.values()

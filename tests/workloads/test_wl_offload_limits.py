@@ -11,20 +11,13 @@ import pytest
 
 from conformance.systems.pd import remote_transfer, upstream_transfer_params
 from impl.connector.types import RemoteTransfer
+from tests.workloads.one_request import text
 from workloads import WorkloadError, loads
 from workloads.offload_limits import OffloadLimitsSpec
 from workloads.writer import dumps
 
 OFFLOADING: dict[str, Any] = {"type": "offloading", "num_cpu_chunks": 32}
 MULTI: dict[str, Any] = {"type": "multi", "connectors": [{"type": "nixl"}, OFFLOADING]}
-
-
-def text(config: dict[str, Any], **request: Any) -> str:
-    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
-              "config": config}
-    record = {"type": "request", "request_id": "a", "arrival_step": 0,
-              "prompt": {"length": 20}, "max_tokens": 3, **request}
-    return json.dumps(header) + "\n" + json.dumps(record) + "\n"
 
 
 def test_limits_round_trip_and_only_the_caps_given_are_written() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.workloads.one_request import text
 from workloads import WorkloadError, loads
 from workloads.model import KVConnectorConfig
 from workloads.pd import KVTransferSpec
@@ -15,14 +16,6 @@ from workloads.writer import dumps
 
 NIXL: dict[str, Any] = {"type": "nixl"}
 OFFLOADING: dict[str, Any] = {"type": "offloading", "num_cpu_chunks": 32}
-
-
-def text(config: dict[str, Any], **request: Any) -> str:
-    header = {"type": "header", "format": "vtwin-workload", "version": 1, "name": "x",
-              "config": config}
-    record = {"type": "request", "request_id": "a", "arrival_step": 0,
-              "prompt": {"length": 20}, "max_tokens": 3, **request}
-    return json.dumps(header) + "\n" + json.dumps(record) + "\n"
 
 
 def test_the_connector_and_the_parts_round_trip() -> None:
