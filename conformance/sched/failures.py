@@ -55,6 +55,10 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
     "reused-events-partial-block": UpstreamCheck(
         ("cached_hashes.append(maybe_convert_block_hash(block_hashes[i]))",),
         raises="IndexError"),
+    # A mamba partial tail on the OffloadingConnector (hashes finer than the block, chunks of
+    # one block) whose boundary lies past the request's own max_offload_tokens: the store
+    # asserts the boundary is within what the request may offload instead of skipping it.
+    "offloading-partial-tail-past-cap": UpstreamCheck(("assert boundary <= max_boundary",)),
     # Under DCP, a request reporting its KV events in full mode that hits: the reused-block
     # events view the scheduler-block hashes at the per-rank block size.
     "dcp-reused-block-events": UpstreamCheck(("assert block_size % hash_block_size == 0",)),

@@ -31,10 +31,6 @@ NOT_OFFLOADED: dict[str, str] = {
                          "checks both refuse alike); beside the NIXL connector it is exact "
                          "against 0.32.0 (by hand), and the CPU tier and the OffloadingConnector "
                          "beside it are not modelled",
-    "hybrid-mamba-sub-block": "sub-block hits beside a KV connector are not modelled by the "
-                              "twin (it refuses the config)",
-    "eagle-mamba-sub-block": "sub-block hits beside a KV connector are not modelled by the "
-                             "twin (it refuses the config)",
     "offload-sessions": "offloads already (its own CPU tier and pool sizes)",
     "offload-sessions-lazy": "offloads already (its own CPU tier and pool sizes)",
     "streaming-sessions": "sessions waiting for input keep their KV blocks: on a pool cut to an "
@@ -49,6 +45,8 @@ NOT_OFFLOADED: dict[str, str] = {
                          "read by it alone)",
     "offloading-limits-mamba": "runs the OffloadingConnector already (its requests' caps are "
                                "read by it alone)",
+    "offloading-mamba-partial-tails": "runs the OffloadingConnector already (its partial "
+                                      "tails are its own)",
     "multimodal-iteration-details": "a logging option over `multimodal`, which runs with "
                                     "every connector already",
     "spec-decode-request-metrics": "a metrics option over `spec-decode`, which runs with every "
@@ -92,6 +90,12 @@ NOT_IN_PD: dict[str, str] = {
 
 
 ONLY_IN_MODES: dict[str, tuple[tuple[str, ...], str]] = {
+    "hybrid-mamba-sub-block": (("offloading", "offloading-arc"),
+                               "sub-block hits beside the CPU tier or the NIXL connector are "
+                               "not modelled by the twin (it refuses the config)"),
+    "eagle-mamba-sub-block": (("offloading", "offloading-arc"),
+                              "sub-block hits beside the CPU tier or the NIXL connector are not "
+                              "modelled by the twin (it refuses the config)"),
     "mamba-spec-decode": (("eager", "lazy", "pd", "pd-push"),
                           "the OffloadingConnector beside a mamba group not in 'align' mode is "
                           "not modelled by the twin (it refuses the config)"),

@@ -1,6 +1,6 @@
 """Suite entries built by more than a config change: aborts planted at both ends of requests'
 lives, controls between steps, a P/D pair on a hybrid model, multimodal variants, requests
-own offload caps."""
+own offload caps, mamba partial tails on the OffloadingConnector."""
 
 from __future__ import annotations
 
@@ -114,3 +114,31 @@ def offloading_limits(groups: tuple[KVCacheGroup, ...], name: str, blocks_per_ch
                                          max_num_batched_tokens=256, max_model_len=320,
                                          kv_cache_groups=groups, kv_connector=connector),
                     tuple(requests))
+
+
+def offloading_partial_tails(groups: tuple[KVCacheGroup, ...]) -> Workload:
+    """Four prompts (203 to 301 tokens, their last hash boundary inside a block) and each
+    one 40 tokens longer, sent in turn for five rounds (the longer first every other round)
+    to a GPU pool of three requests, hashed every 4 tokens beside an OffloadingConnector
+    with chunks of one block: each prompt's partial tail is stored from its copy-on-write,
+    resends load it past their whole chunks, and a longer prompt whose GPU hit ends on the
+    shorter one's tail loads past it instead of copying the shared block."""
+    lengths = (203, 250, 277, 301)
+    requests: list[RequestSpec] = []
+    for round_index in range(5):
+        for prompt, length in enumerate(lengths):
+            start = 1000 * (prompt + 1)
+            base = tuple(range(start, start + length))
+            longer = base + tuple(range(start + 500, start + 540))
+            for tokens in ((base, longer) if round_index % 2 == 0 else (longer, base)):
+                index = len(requests)
+                requests.append(RequestSpec(f"r{index}", 12 * index, tokens, max_tokens=6,
+                                            ignore_eos=True))
+    connector = KVConnectorConfig("offloading", num_cpu_chunks=512, eviction_policy="arc")
+    return Workload("offloading-mamba-partial-tails", "prompts and their longer versions "
+                    "resent to a GPU pool too small to keep them, hashed finer than the block "
+                    "beside an OffloadingConnector with chunks of one block",
+                    EngineConfig(block_size=16, num_blocks=48, max_num_seqs=4,
+                                 max_num_batched_tokens=256, max_model_len=368,
+                                 hash_block_size=4, kv_cache_groups=groups,
+                                 kv_connector=connector), tuple(requests))

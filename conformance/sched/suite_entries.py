@@ -368,6 +368,11 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "cap is not stored", lambda: suite_builders.offloading_limits(
                    FULL_MAMBA_ALIGN, "offloading-limits-mamba", blocks_per_chunk=2,
                    prompt_only=False)),
+    SuiteEntry("offloading-mamba-partial-tails", "mamba ('align') hashed every 4 tokens "
+               "beside the OffloadingConnector (chunks of a block): a prompt's last state "
+               "inside a block stored from its copy-on-write, loaded past the whole chunks of "
+               "a resend, and a CPU hit longer than the GPU's sub-block tail loaded instead of "
+               "copying it", lambda: suite_builders.offloading_partial_tails(FULL_MAMBA_ALIGN)),
     SuiteEntry("mooncake", "Mooncake replay, first 100 rows", _bundled("mooncake"),
                integrity_every=50),
     SuiteEntry("azure", "Azure conversation replay, first 200 rows", _bundled("azure"),

@@ -275,3 +275,15 @@ def test_full_report_events_of_a_hit_under_dcp_crash_upstream() -> None:
     and 0.33.0). The twin stops alike (`impl.core.context_parallel`); this test fails the day
     upstream stops crashing, or the twin stops reproducing it."""
     _both_stop_alike("dcp-reused-block-events", 6, "dcp-reused-block-events", "AssertionError")
+
+
+def test_a_partial_tail_past_the_offload_cap_crashes_the_offloading_connector() -> None:
+    """Found while twinning mamba partial tails on the OffloadingConnector (hashes finer than
+    the block, chunks of one block): a request whose prompt's last hash boundary lies inside
+    a block and past its own `max_offload_tokens` still has its partial tail copied and
+    offered, and upstream's store asserts the boundary is within the cap instead of skipping
+    it (0.32.0 and 0.33.0; the engine dies on one request's transfer parameters). The twin
+    stops alike; this test fails the day upstream skips such a tail, or the twin stops
+    reproducing it."""
+    _both_stop_alike("offloading-partial-tail-past-cap", 2, "offloading-partial-tail-past-cap",
+                     "AssertionError")

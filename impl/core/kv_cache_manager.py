@@ -20,6 +20,7 @@ from impl.core.full_attention import FullAttentionManager
 from impl.core.lagging_hits import lagging_hit
 from impl.core.mamba_align import MambaAlignManager
 from impl.core.mamba_boundaries import BoundaryState
+from impl.core.partial_hits import truncate_hit
 from impl.core.specs import KVCacheConfig
 
 if TYPE_CHECKING:
@@ -127,6 +128,10 @@ class KVCacheManager:
 
     def empty_blocks(self) -> KVCacheBlocks:
         return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+
+    def truncate_hit(self, hits: KVCacheBlocks, num_tokens: int) -> KVCacheBlocks:
+        """`hits` cut back to `num_tokens`, a whole block (`partial_hits.truncate_hit`)."""
+        return KVCacheBlocks(truncate_hit(hits.blocks, num_tokens, self.coordinator.managers))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """Prefix-cache hits for a new request, and how many tokens they cover.

@@ -41,7 +41,8 @@ from impl.behaviour import DEFAULT_BEHAVIOUR
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.mamba import MambaManager
-from impl.core.mamba_boundaries import BoundaryState, checkpoint_boundary
+from impl.core.mamba_boundaries import BoundaryState
+from impl.core.mamba_prompt_tail import cache_prompt_tail_state, remark_prompt_boundary
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheSpec, MambaSpec
 from vtwin.errors import IntegrityError
@@ -70,6 +71,10 @@ class MambaAlignManager(MambaManager):
         # (`take_boundary_states`); recorded only when the scheduler has one.
         self.offers_boundary_states = False
         self.boundary_states: list[BoundaryState] = []
+        # Requests whose own prompt-tail state is keyed inside a block (a partial tail they
+        # produced): its block and boundary. The copy-on-write that preserves it is offered
+        # to a KV connector (`_copy_partial_state`).
+        self.producer_tails: dict[str, tuple[KVCacheBlock, int]] = {}
 
     @property
     def num_speculative_blocks(self) -> int:
@@ -155,6 +160,12 @@ class MambaAlignManager(MambaManager):
         self.pending_copies.append((source, copy))
         self.block_pool.move_block_hashes(source, copy)
         source.ref_cnt += 1
+        tail = self.producer_tails.pop(request_id, None)
+        if tail is not None and self.offers_boundary_states:
+            # The copy keeps the request's own partial tail once this step's copy has run:
+            # a connector may store it from there (the request overwrites its block).
+            self.boundary_states.append(BoundaryState(
+                request_id, self.kv_cache_group_id, copy.block_id, tail[1]))
         if copy.block_hash is not None:
             self.cached_this_step.add(copy.block_hash)  # written by this step's copy only
         return False
@@ -193,80 +204,28 @@ class MambaAlignManager(MambaManager):
 
     def cache_blocks(self, request: Request, block_hashes: Sequence[BlockHash],
                      num_tokens: int) -> None:
-        num_before = self.num_cached_block.get(request.request_id, 0)
+        request_id = request.request_id
+        num_before = self.num_cached_block.get(request_id, 0)
         super().cache_blocks(request, block_hashes, num_tokens)
-        if self.offers_boundary_states:
-            self._offer_boundary_states(request.request_id, num_before)
+        num_after = self.num_cached_block.get(request_id, 0)
         # With sub-block hits on (hashes finer than the block, or under DCP as fine as it)
         # the prompt's tail is keyed at the hash block, which the retention mask's scheduler-
         # block boundaries may not cover.
         if self.hash_block_size < self.block_size or self.partial_hits:
-            self._cache_prompt_tail_state(request, num_tokens)
+            cache_prompt_tail_state(self, request, num_tokens, self.remarks_prompt_boundary,
+                                    self.producer_tails)
         elif self.remarks_prompt_boundary:
-            self._remark_prompt_boundary(request, block_hashes, num_tokens)
+            remark_prompt_boundary(self, request, block_hashes, num_tokens)
+        if self.offers_boundary_states:  # (a whole-block tail keyed just now included)
+            self._offer_boundary_states(request_id, num_before, num_after)
 
-    def _cache_prompt_tail_state(self, request: Request, num_tokens: int) -> None:
-        """Hashes finer than the block: a cache call landing on the prompt's last hash
-        boundary (before its final token; `checkpoint_boundary`) keys the state there.
-
-        Inside a block, the state is only findable through this entry, and the request's next
-        step would overwrite it, so that step copies it first (`_copy_partial_state`). On a
-        block boundary, 0.32 marks the already keyed state cached this step again (as
-        `_remark_prompt_boundary`), and a state sparse retention left unkeyed (EAGLE's replay
-        boundaries lie a scheduler block below the end, this one a hash block below) is keyed
-        here, whole, with nothing to copy."""
-        hbs = self.hash_block_size
-        if num_tokens <= 0 or num_tokens != checkpoint_boundary(request.num_prompt_tokens, hbs,
-                                                                self.use_eagle):
-            return
-        index = cdiv(num_tokens, self.block_size) - 1
-        blocks = self.req_to_blocks.get(request.request_id, [])
-        if index >= len(blocks) or blocks[index].is_null:
-            return
-        source = blocks[index]
-        tail_hash = request.block_hashes[num_tokens // hbs - 1]
-        keyed = source.block_hash == tail_hash or (
-            source.extra_hashes is not None and tail_hash in source.extra_hashes)
-        if keyed and not self.remarks_prompt_boundary:
-            return
-        aligned = num_tokens % self.block_size == 0
-        if aligned and keyed:
-            self.cached_this_step.add(tail_hash)
-            return
-        self.block_pool.cache_partial_block(
-            source, tail_hash, self.kv_cache_group_id, num_tokens,
-            parent_hash=request.block_hashes[num_tokens // hbs - 2] if num_tokens > hbs
-            else None,
-            token_ids=request.prompt_token_ids[num_tokens - hbs:num_tokens],
-            lora_name=request.lora_name)
-        self.cached_this_step.add(tail_hash)
-        if aligned:
-            return  # a whole block sparse retention left unkeyed: keyed, nothing to copy
-        self.partial_hit_reqs[request.request_id] = (index, source)
-        self.num_cached_block[request.request_id] = index
-
-    def _remark_prompt_boundary(self, request: Request, block_hashes: Sequence[BlockHash],
-                                num_tokens: int) -> None:
-        """0.32: a cache call reaching exactly the prompt's last reusable boundary (the last
-        block boundary before its final token; `checkpoint_boundary`) marks that state cached
-        this step again, even when it was keyed in an earlier step or came from a prefix
-        hit."""
-        block_size = self.block_size
-        boundary = checkpoint_boundary(request.num_prompt_tokens, block_size, self.use_eagle)
-        if num_tokens <= 0 or num_tokens != boundary:
-            return
-        index = num_tokens // block_size - 1
-        blocks = self.req_to_blocks.get(request.request_id, [])
-        if index < len(blocks) and not blocks[index].is_null \
-                and blocks[index].block_hash == block_hashes[index]:
-            self.cached_this_step.add(block_hashes[index])
-
-    def _offer_boundary_states(self, request_id: str, num_before: int) -> None:
-        """Offer each state this call keyed (null and unkept ones skipped), with the token
-        boundary it ends: a table that nulls and relocates its entries cannot be read by
-        position, so a connector stores these blocks, never the table's."""
+    def _offer_boundary_states(self, request_id: str, num_before: int, num_after: int) -> None:
+        """Offer each state this call keyed (blocks `num_before` to `num_after`; null and
+        unkept ones skipped), with the token boundary it ends: a table that nulls and
+        relocates its entries cannot be read by position, so a connector stores these blocks,
+        never the table's."""
         blocks = self.req_to_blocks[request_id]
-        for index in range(num_before, self.num_cached_block.get(request_id, 0)):
+        for index in range(num_before, num_after):
             block = blocks[index]
             if not block.is_null and block.block_hash is not None:
                 self.boundary_states.append(BoundaryState(
@@ -286,6 +245,7 @@ class MambaAlignManager(MambaManager):
                                     if s.request_id != request_id]
         self.num_retired_blocks.pop(request_id, None)
         self.last_state_block_idx.pop(request_id, None)
+        self.producer_tails.pop(request_id, None)
         self.allocated.discard(request_id)
         return super().pop_blocks_for_free(request_id)
 
@@ -297,3 +257,9 @@ class MambaAlignManager(MambaManager):
             if blocks is None or num > len(blocks) or not all(b.is_null for b in blocks[:num]):
                 raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id} retired "
                                      f"{num} blocks that are not all null")
+        for request_id, (block, boundary) in self.producer_tails.items():
+            pending = self.partial_hit_reqs.get(request_id)
+            if pending is None or pending[1] is not block or boundary % self.block_size == 0:
+                raise IntegrityError(f"group {self.kv_cache_group_id}: {request_id}'s partial "
+                                     f"tail at {boundary} tokens (block {block.block_id}) has "
+                                     "no copy-on-write pending")

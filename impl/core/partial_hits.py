@@ -27,10 +27,14 @@ hashes at its own block size, and a mamba 'align' group has blocks wider than th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 from impl.core.specs import KVCacheConfig, MambaSpec
+
+if TYPE_CHECKING:
+    from impl.core.single_type_manager import SingleTypeKVCacheManager
 
 
 def sub_block_hits_enabled(kv_cache_config: KVCacheConfig, hash_block_size: int,
@@ -100,3 +104,26 @@ def mamba_hit(
             return [[null_block] * index + [block] for block in found], \
                 (fine + 1) * hash_block_size
     return [[] for _ in group_ids], 0
+
+
+def truncate_hit(hits: Sequence[list[KVCacheBlock]], num_tokens: int,
+                 managers: Sequence[SingleTypeKVCacheManager]) -> tuple[list[KVCacheBlock], ...]:
+    """A local hit cut back to `num_tokens` (a whole block of every group): a KV connector's
+    longer hit supersedes the sub-block tail, so the request loads it rather than copying the
+    shared block. Blocks are only dropped from the lists (references untouched); a mamba
+    group keeps what it has up to there (its state may come from the connector)."""
+    cut: list[list[KVCacheBlock]] = []
+    for group_hits, manager in zip(hits, managers, strict=True):
+        spec = manager.kv_cache_spec
+        if not spec.prefix_cacheable:
+            cut.append([])
+            continue
+        if num_tokens % manager.block_size:
+            raise ValueError(f"truncate_hit: {num_tokens} tokens end inside a block of group "
+                             f"{manager.kv_cache_group_id}")
+        num_blocks = num_tokens // manager.block_size
+        if not isinstance(spec, MambaSpec) and num_blocks > len(group_hits):
+            raise ValueError(f"truncate_hit: group {manager.kv_cache_group_id} holds "
+                             f"{len(group_hits)} blocks, fewer than {num_tokens} tokens need")
+        cut.append(list(group_hits[:num_blocks]))
+    return tuple(cut)

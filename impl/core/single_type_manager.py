@@ -141,10 +141,12 @@ class SingleTypeKVCacheManager:
     def has_partial_hit(self, new_computed_blocks: Sequence[KVCacheBlock],
                         num_computed_tokens: int) -> bool:
         """Whether a new request's prefix hit ends inside one of this type's blocks (only with
-        sub-block hits on; connectors are refused with them, so every computed token is a
-        local hit)."""
-        return (self.partial_hits and len(new_computed_blocks) > 0
-                and num_computed_tokens % self.block_size != 0)
+        sub-block hits on). Computed tokens past the hit's last block are a connector's,
+        loaded into fresh blocks: the local hit then ends on a whole block
+        (`impl.sched.admission` cuts a sub-block tail a longer load supersedes)."""
+        num_hit = len(new_computed_blocks)
+        return (self.partial_hits and num_hit > 0 and num_computed_tokens % self.block_size != 0
+                and num_computed_tokens < num_hit * self.block_size)
 
     # -- allocation ------------------------------------------------------------------------
     def add_computed_blocks(

@@ -104,14 +104,22 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 else:
                     hits, num_hit = kv.get_computed_blocks(request)
                 if self.connector is not None:
+                    # The connector sees the hit cut to whole blocks, so that a longer hit of
+                    # its own can supersede a sub-block tail (`impl.core.partial_hits`).
+                    tail = num_hit % config.scheduler_block_size
                     matched, load_async = self.connector.get_num_new_matched_tokens(
-                        request, num_hit)
+                        request, num_hit - tail)
                     if request.skip_reading_prefix_cache:
                         matched, load_async = 0, False
                     if matched is None:  # the connector cannot tell yet: ask next step
                         skipped.append(queue.pop_request())
                         self.deferred_waiting.add(request.request_id)
                         continue
+                    if tail and matched > tail:  # load past the tail instead of copying it
+                        num_hit -= tail
+                        hits = kv.truncate_hit(hits, num_hit)
+                    elif tail:
+                        matched, load_async = 0, False  # the local tail reaches further
                     num_external = matched
                     if diverged and not num_external:  # no pull brings the lagging state
                         hits, num_hit = kv.get_computed_blocks(request)

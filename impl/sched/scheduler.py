@@ -158,12 +158,12 @@ class Scheduler(Admission):
                 self.preempted_between_steps
             self.preempted_between_steps = set()
         output.free_encoder_mm_hashes = self.encoder_cache.get_freed_mm_hashes()
+        self._issue_block_copies(output)  # (before the connector: it sees the copies)
         if self.has_connector:
             output.boundary_states = self.kv_cache_manager.take_boundary_states()
             output.kv_connector_metadata = (
                 self.connector.build_connector_meta(output) if self.connector is not None
                 else OffloadMetadata())
-        self._issue_block_copies(output)
         if self.defer_block_free and output.total_num_scheduled_tokens > 0:  # (a connector's)
             self.sched_step_seq += 1
         self.cadence.step_done(output.total_num_scheduled_tokens,

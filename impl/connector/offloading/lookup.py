@@ -50,9 +50,51 @@ class Lookups:
     lookup_groups: tuple[int, ...]  # `lookup_order`, fixed at construction
     windowed_groups: tuple[int, ...]
     mamba_align_size: int | None  # `windows.mamba_align_tokens`
+    partial_tail_tokens: int  # `partial_tails.partial_tail_tokens` (0: off)
+    hash_block_tokens: int
 
     def _lookup(self, state: RequestOffload) -> int | None:
-        """The hit past the local one in tokens (0: none), or None to ask again next step."""
+        """The hit past the local one in tokens (0: none), or None to ask again next step:
+        whole chunks (`_chunk_lookup`), then, where partial tails are on, a hash boundary
+        inside the next block (`_partial_tail`)."""
+        complete = self._chunk_lookup(state)
+        state.partial_tail_boundary = None
+        if complete is None or not self.partial_tail_tokens:
+            return complete
+        return self._partial_tail(state, complete)
+
+    def _partial_tail(self, state: RequestOffload, complete: int) -> int | None:
+        """A hit past the `complete` chunks that ends inside the next block: the rightmost
+        hash boundary before the prompt's last token (and within the request's load cap)
+        whose keys every group holds, readable. A boundary some group is still writing is
+        passed over; if every one was, and no whole chunk hit, the request asks again."""
+        num_local = state.num_local_tokens
+        complete_end = num_local + complete
+        request = state.request
+        last = min(request.num_prompt_tokens - 1, complete_end + self.partial_tail_tokens - 1)
+        limits = request.offload_limits
+        if limits is not None and limits.max_load_tokens is not None:
+            last = min(last, num_local + limits.max_load_tokens)
+        step = self.hash_block_tokens
+        last -= last % step
+        pending = False
+        for boundary in range(last, complete_end, -step):
+            missed = waiting = False
+            for shape in self.shapes:
+                result = self.manager.lookup(state.chunk_key(shape, boundary))
+                if result is LookupResult.MISS:
+                    missed = True
+                    break
+                waiting |= result is LookupResult.HIT_PENDING
+            pending |= waiting
+            if not missed and not waiting:
+                state.partial_tail_boundary = boundary
+                return boundary - num_local
+        return None if pending and complete == 0 else complete
+
+    def _chunk_lookup(self, state: RequestOffload) -> int | None:
+        """The hit past the local one in whole chunks (the request's last tokens may end
+        it), or None to ask again next step."""
         order, windowed = self.lookup_groups, self.windowed_groups
         num_local = state.num_local_tokens
         max_hit = state.request.num_tokens

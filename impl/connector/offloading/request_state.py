@@ -52,6 +52,9 @@ class RequestOffload:
     num_local_tokens: int = 0
     jobs: set[int] = field(default_factory=set)
     finished_signalled: bool = False
+    # A hit found past the last whole chunk, at this hash boundary inside the next block
+    # (`Lookups._partial_tail`): its load reads the boundary's keys. None: no such hit.
+    partial_tail_boundary: int | None = None
 
     @classmethod
     def new(cls, request: Request, shapes: tuple[GroupShape, ...]) -> RequestOffload:

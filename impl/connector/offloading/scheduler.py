@@ -27,9 +27,10 @@ bookkeeping and resets.
 
 Full-attention, sliding-window, chunked-local and mamba 'align' groups are twinned (windowed
 lookups and sparse stores: `windows`; a mamba state is stored by the block the cache offers,
-`stores`); mamba partial tails (hashes finer than the block) are not, nor mamba in another
-mode (`check_offloading_supported` says so), nor EAGLE/MTP drafter groups (the workload format
-has no drafter with a connector), nor tiering backends (they need their storage services).
+`stores`; with hashes finer than the block, a state inside a block too: `partial_tails`);
+mamba in another mode is not (`check_offloading_supported` says so), nor EAGLE/MTP drafter
+groups (the workload format has no drafter with a connector), nor tiering backends (they need
+their storage services).
 A request's own caps (`OffloadLimits`: upstream's `max_load_tokens` and `max_offload_tokens`
 transfer parameters) bound its lookups and stores.
 """
@@ -50,6 +51,7 @@ from impl.connector.offloading.jobs import (
 from impl.connector.offloading.keys import OffloadKey, RequestContext
 from impl.connector.offloading.lookup import Lookups, lookup_order
 from impl.connector.offloading.manager import CPUOffloadingManager
+from impl.connector.offloading.partial_tails import PartialTails, partial_tail_tokens
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
 from impl.connector.offloading.windows import (
@@ -96,7 +98,7 @@ def _alignment_tokens(shapes: tuple[GroupShape, ...]) -> int | None:
     return None
 
 
-class OffloadingConnectorScheduler(Lookups, StoreOffers):
+class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails):
     completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, enable_prefix_caching: bool = True,
@@ -114,6 +116,9 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
         self.alignment_tokens = _alignment_tokens(self.shapes)
         self.lookup_groups, self.windowed_groups = lookup_order(self.shapes)
         self.mamba_align_size = mamba_align_tokens(self.shapes)
+        self.hash_block_tokens = hash_block_size
+        self.partial_tail_tokens = partial_tail_tokens(self.shapes, self.blocks_per_chunk,
+                                                       hash_block_size)
         self.group_block_sizes = [shape.tokens_per_block for shape in self.shapes]
         self.manager = CPUOffloadingManager(
             settings.num_cpu_chunks, settings.eviction_policy, enable_events=enable_events,
@@ -178,6 +183,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
         state = self.requests[request.request_id]
         num_local = state.num_local_tokens
         num_cached = num_local + num_external_tokens
+        tail = state.partial_tail_boundary  # (== num_cached when set)
         keys: list[OffloadKey] = []
         block_ids: list[int] = []
         sizes: list[int] = []
@@ -193,7 +199,10 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                     break
             num_chunks = _cdiv(num_cached, shape.tokens_per_chunk)
             if start < num_blocks:
-                keys.extend(group.keys[start // self.blocks_per_chunk:num_chunks])
+                keys.extend(group.keys[start // self.blocks_per_chunk:
+                                       num_chunks - (tail is not None)])
+                if tail is not None:  # the chunk the tail ends in: read under its keys
+                    keys.append(state.chunk_key(shape, tail))
             block_ids.extend(b.block_id for b in table[start:num_blocks])
             sizes.append(num_blocks - start)
             starts.append(start)
@@ -207,6 +216,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
         self.jobs[job_id] = JobStatus(request.request_id, 1, set(keys), is_store=False)
         if self.chunks_being_loaded is not None:
             self.chunks_being_loaded.update(keys)
+        state.partial_tail_boundary = None
 
     # -- every step --------------------------------------------------------------------------
     def build_connector_meta(self, output: SchedulerOutput) -> OffloadingMetadata:
@@ -220,6 +230,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
             for block_id in self.batch_allocated:
                 self.batch_flush.update(self.watched_blocks.get(block_id, ()))
         stores = self._boundary_store_jobs(output) if output.boundary_states else {}
+        if self.partial_tail_tokens and output.boundary_states:
+            stores.update(self._partial_tail_store_jobs(output))
         stores.update(self._store_jobs(output))
         meta = OffloadingMetadata(self.batch_loads, stores, self.batch_flush)
         for req_id in output.finished_req_ids:
@@ -259,6 +271,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
                 for shape, group in zip(self.shapes, state.groups, strict=True):
                     group.block_ids.extend(new_ids[shape.group])
                     self.batch_allocated.update(b for b in new_ids[shape.group] if b != 0)
+        # A copy-on-write's copy is a block handed out too (a running request's is in no table).
+        self.batch_allocated.update(copy for _, copy in output.kv_cache_block_copies)
         if not windowed or not self.batch_allocated:
             return
         for req_id, state in self.requests.items():
@@ -297,6 +311,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers):
             for group in state.groups:
                 group.next_stored_chunk = 0
             state.jobs.clear()
+            state.partial_tail_boundary = None
         self.stale_job_threshold = self.job_counter
         if self.behaviour.offloading_reset_fence:
             self.reset_fence.update((job_id, job.pending_workers)
