@@ -90,10 +90,10 @@ NOT_IN_PD: dict[str, str] = {
 
 
 ONLY_IN_MODES: dict[str, tuple[tuple[str, ...], str]] = {
-    "hybrid-mamba-sub-block": (("offloading", "offloading-arc"),
+    "hybrid-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
                                "sub-block hits beside the CPU tier or the NIXL connector are "
                                "not modelled by the twin (it refuses the config)"),
-    "eagle-mamba-sub-block": (("offloading", "offloading-arc"),
+    "eagle-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
                               "sub-block hits beside the CPU tier or the NIXL connector are not "
                               "modelled by the twin (it refuses the config)"),
     "mamba-spec-decode": (("eager", "lazy", "pd", "pd-push"),

@@ -66,6 +66,8 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         self.cpu_coordinator = get_kv_cache_coordinator(
             cpu_config, enable_caching=True, hash_block_size=hash_block_size,
             enable_kv_cache_events=False, use_eagle=use_eagle)
+        if settings.lazy_offload:  # (eager: hits on hash boundaries, as on the GPU)
+            self.cpu_coordinator.turn_off_sub_block_hits()
         self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool
         self.num_cpu_blocks = settings.num_cpu_blocks
         self.block_size = self.cpu_coordinator.scheduler_block_size

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 class OffloadStores:
+    fa_group: int  # the full-attention group prefixes are matched on
     cpu_block_pool: BlockPool
     cpu_coordinator: KVCacheCoordinator
     group_block_sizes: list[int]
@@ -178,6 +179,10 @@ class OffloadStores:
         if state is None or self._gpu_pool is None:
             return
         gpu_ids, _ = self.select_confirmed(state, block_ids)
+        tail = self._prompt_tail_block(request, block_ids)
+        if (tail is not None and tail not in gpu_ids
+                and len(gpu_ids) < self.cpu_block_pool.get_num_free_blocks()):
+            gpu_ids.append(tail)
         if not gpu_ids:
             return
         cpu_ids = [b.block_id for b in self.cpu_block_pool.get_new_blocks(len(gpu_ids))]
@@ -185,6 +190,34 @@ class OffloadStores:
         self.in_flight_store_gpu_blocks.update(gpu_ids)
         gpu = self.gpu_pool
         gpu.touch([gpu.blocks[i] for i in gpu_ids])
+
+    def _prompt_tail_block(self, request: Request, block_ids: tuple[list[int], ...]
+                           ) -> int | None:
+        """With sub-block hits on the CPU pool, a finishing request's full-attention block
+        its prompt's last hash boundary falls inside (keyed there on the GPU, found by
+        position: an attention table is append-only), if not on the CPU yet; None
+        otherwise. A boundary on the block grid is the positional scan's already."""
+        if not self.cpu_coordinator.sub_block_hits:
+            return None
+        hbs = self.hash_block_size
+        size = self.group_block_sizes[self.fa_group]
+        boundary = request.num_prompt_tokens // hbs * hbs
+        if boundary == 0 or boundary > request.num_computed_tokens or boundary % size == 0:
+            return None
+        table = block_ids[self.fa_group]
+        index = boundary // size
+        if index >= len(table) or boundary // hbs > len(request.block_hashes):
+            return None
+        block = self.gpu_pool.blocks[table[index]]
+        if block.is_null or block.block_id in self.in_flight_store_gpu_blocks:
+            return None
+        key = request.block_hashes[boundary // hbs - 1]
+        if block.block_hash != key and (block.extra_hashes is None
+                                        or key not in block.extra_hashes):
+            return None
+        if self.cpu_block_pool.get_cached_block(key, [self.fa_group]) is not None:
+            return None
+        return block.block_id
 
     def cleanup_store_request(self, req_id: str) -> None:
         """Forget a finished request's store state. Callers do so only once it has no store
@@ -259,7 +292,8 @@ class OffloadStores:
             block_hash = source.block_hash
             if block_hash is None or cpu_block.block_hash == block_hash:
                 continue
-            cpu.index_block(cpu_block, block_hash, source.hash_group_id)
+            # Its sub-block keys too (a prompt ending inside the block is found by them).
+            cpu.index_block(cpu_block, block_hash, source.hash_group_id, source.extra_hashes)
         cpu.free_blocks(cpu_blocks)
         gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
         if self.lazy:

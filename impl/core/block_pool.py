@@ -267,12 +267,19 @@ class BlockPool:
                 block_hashes=block_hashes, parent_block_hash=None, token_ids=tuple(token_ids),
                 block_size=block_size, lora_name=lora_name, group_id=group_id))
 
-    def index_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int) -> None:
-        """Give a block without a hash `block_hash` and index it (no event: a CPU copy takes
-        its GPU source's hash when the store completes)."""
+    def index_block(self, block: KVCacheBlock, block_hash: BlockHash, group_id: int,
+                    extra_hashes: list[BlockHash] | None = None) -> None:
+        """Give a block without a hash `block_hash` (and `extra_hashes`, its sub-block keys)
+        and index it (no event: a CPU copy takes its GPU source's keys when the store
+        completes)."""
         block.block_hash = block_hash
         block.hash_group_id = group_id
-        self.hash_map(group_id).insert(block_hash, block)
+        hash_map = self.hash_map(group_id)
+        hash_map.insert(block_hash, block)
+        if extra_hashes:
+            block.extra_hashes = list(extra_hashes)
+            for extra in extra_hashes:
+                hash_map.insert(extra, block)
         if self.changed is not None:
             self.changed.append(block)
 

@@ -75,6 +75,16 @@ class KVCacheCoordinator:
                 manager.scheduler_block_size = self.scheduler_block_size
                 manager.partial_hits = self.sub_block_hits
 
+    def turn_off_sub_block_hits(self) -> None:
+        """Hits on the scheduler block only, whatever the hashes (the CPU tier's pool in lazy
+        mode: upstream builds it without partial hash hits)."""
+        self.sub_block_hits = False
+        self.cache_hit_alignment = self.scheduler_block_size
+        if len(self.managers) > 1:
+            for manager in self.managers:
+                manager.cache_hit_alignment = self.cache_hit_alignment
+                manager.partial_hits = False
+
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: PerGroupBlocks,
         total_computed_tokens: int, apply_admission_cap: bool = False,

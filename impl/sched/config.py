@@ -145,8 +145,9 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
     the drafts' state blocks under speculative decoding (`impl.core.mamba_align`), beside an
     EAGLE drafter too (`impl.sched.mamba_split`). Hashes finer than the block give
     sub-block hits with copy-on-write states (`impl.core.partial_hits`), modelled without a
-    KV connector or beside the OffloadingConnector (its partial tails:
-    `impl.connector.offloading.partial_tails`).
+    KV connector, beside the CPU tier (its pool hits on hash boundaries too, eager mode) and
+    beside the OffloadingConnector (its partial tails: `impl.connector.offloading.partial_tails`);
+    not beside the NIXL connector.
     From 0.33 upstream refuses mamba prefix caching in any other mode, so under that
     behaviour the twin refuses the same configs."""
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -157,12 +158,12 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
         if spec.mamba_cache_mode == "align":
             if (config.effective_hash_block_size != spec.block_size
                     and config.kv_connector is not None and config.enable_prefix_caching
-                    and not isinstance(config.kv_connector, OffloadingSettings)):
+                    and not isinstance(config.kv_connector, (OffloadingSettings, OffloadSettings))):
                 raise ValueError(f"{where}: 'align' with hash_block_size "
                                  f"{config.effective_hash_block_size} < block size "
-                                 f"{spec.block_size} (sub-block hits) beside a KV connector "
-                                 "other than the OffloadingConnector is not implemented by "
-                                 "the twin; hash at the block size")
+                                 f"{spec.block_size} (sub-block hits) beside the NIXL "
+                                 "connector is not implemented by the twin; hash at the "
+                                 "block size")
             continue
         if config.enable_prefix_caching and config.behaviour.mamba_prefix_caching_requires_align:
             raise ValueError(f"{where}: vLLM {config.behaviour.release} caches mamba prefixes "

@@ -13,7 +13,7 @@ from impl.behaviour import (
     Behaviour,
     behaviour_for,
 )
-from impl.connector.types import OffloadingSettings, OffloadSettings
+from impl.connector.types import NixlSettings, OffloadingSettings, OffloadSettings
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
 from impl.sched.output import DraftTokenIds, ModelRunnerOutput
@@ -117,17 +117,17 @@ def test_mamba_align_refuses_what_the_twin_does_not_implement(behaviour: Behavio
     build(behaviour, mamba_config("align"))
     build(behaviour, mamba_config("align"), caching=False)
     build(behaviour, mamba_config("align"), num_spec_tokens=2)  # drafts' state blocks
-    # Finer hashes give sub-block hits (`impl.core.partial_hits`), beside no connector or the
-    # OffloadingConnector (its partial tails), not beside the CPU tier or NIXL.
+    # Finer hashes give sub-block hits (`impl.core.partial_hits`), beside no connector, the
+    # CPU tier or the OffloadingConnector (its partial tails), not beside NIXL.
     build(behaviour, mamba_config("align"), hash_block_size=8)
-    build(behaviour, mamba_config("align"), hash_block_size=8,
-          kv_connector=OffloadingSettings(32, 1))  # type: ignore[arg-type]
+    for connector in (OffloadingSettings(32, 1), OffloadSettings(num_cpu_blocks=8)):
+        build(behaviour, mamba_config("align"), hash_block_size=8,
+              kv_connector=connector)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
                                          r"with hash_block_size 8 < block size 16 \(sub-block "
-                                         r"hits\) beside a KV connector other than the "
-                                         r"OffloadingConnector is not implemented"):
+                                         r"hits\) beside the NIXL connector is not implemented"):
         build(behaviour, mamba_config("align"), hash_block_size=8,
-              kv_connector=OffloadSettings(num_cpu_blocks=8))  # type: ignore[arg-type]
+              kv_connector=NixlSettings())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)

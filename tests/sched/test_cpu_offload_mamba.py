@@ -78,3 +78,86 @@ def test_lazy_mode_keeps_two_states_ahead_for_a_mamba_group() -> None:
 def test_a_mamba_group_in_another_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mamba group not in 'align' mode"):
         mamba_offload_scheduler(mode="none")
+
+
+def fine_scheduler(lazy: bool, hash_block: int = 4) -> Scheduler:
+    """Blocks of 8 hashed every 4 (sub-block hits), a GPU pool of 11, a CPU pool of 32."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=8, hash_block_size=hash_block,
+                             kv_connector=OffloadSettings(32, lazy, "fail"))
+    return Scheduler(config, KVCacheConfig(11, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(8)),
+        KVCacheGroupSpec(("mamba",), MambaSpec(8, mamba_cache_mode="align")))),
+        none_hash=NONE_HASH, log_stats=True)
+
+
+def _stored_then_evicted(scheduler: Scheduler) -> KVConnectorOutput | None:
+    """`a` (15 tokens: its prompt's last state at 12, inside its second block) runs and
+    finishes, then a filler evicts its GPU blocks; stores complete a step after each event."""
+    report: KVConnectorOutput | None = None
+    for name, prompt in (("a", range(10, 25)), ("filler", range(100, 156))):
+        scheduler.add_request(make_request(name, prompt, 4, max_tokens=2 if name == "a" else 1))
+        for _ in range(4):
+            report, _, _ = run_done(scheduler, report)
+    return report
+
+
+def test_eager_mode_stores_a_producers_tail_and_a_resend_loads_it() -> None:
+    """Eager: `a`'s copy-on-write (4 -> 5) keeps its state at 12 and is stored at once
+    (event 2: GPU 5 -> CPU 3); the finishing `a`'s full block holding the tail key is
+    stored with its other keys. A resend hits the CPU pool at 12, inside the block: chunk 0,
+    the full block keyed at 12, the state at 12."""
+    scheduler = fine_scheduler(lazy=False)
+    scheduler.add_request(make_request("a", range(10, 25), 4, max_tokens=2))
+    report = None
+    for _ in range(2):
+        report, _, _ = run_done(scheduler, report)
+    output, meta = run_step(scheduler, report)
+    assert output.kv_cache_block_copies == [(4, 5)]
+    assert output.boundary_states == [BoundaryState("a", 1, 5, 12)]
+    assert (meta.store_event, meta.store_gpu_blocks, meta.store_cpu_blocks) == (2, [5], [3])
+    scheduler = fine_scheduler(lazy=False)
+    report = _stored_then_evicted(scheduler)
+    scheduler.add_request(make_request("b", range(10, 25), 4, max_tokens=2))
+    _, meta = run_step(scheduler, report)
+    assert scheduler.step_external_hits == [("b", 12)]
+    assert (meta.load_gpu_blocks, meta.load_cpu_blocks) == ([1, 6, 7], [2, 5, 3])
+
+
+def test_only_eager_mode_looks_up_sub_block_hits_in_the_cpu_pool() -> None:
+    """Upstream builds the CPU pool's coordinator with partial hash hits in eager mode only:
+    lazy mode's copies are whole evicted blocks, looked up on the scheduler block."""
+    from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+
+    for lazy, sub_block in ((False, True), (True, False)):
+        connector = fine_scheduler(lazy).connector
+        assert isinstance(connector, SimpleCPUOffloadScheduler)
+        assert connector.cpu_coordinator.sub_block_hits is sub_block
+        assert connector.cpu_coordinator.cache_hit_alignment == (4 if sub_block else 8)
+
+
+def test_a_finishing_request_stores_the_full_block_its_prompts_tail_falls_in() -> None:
+    """Eager, `a` (15 tokens) sampling one token: its second full-attention block (GPU 3) is
+    never full, so the positional scan never stores it; it carries the key of the prompt's
+    tail at 12, so the finish queues it (event 3: GPU 3 -> CPU 4)."""
+    scheduler = fine_scheduler(lazy=False)
+    scheduler.add_request(make_request("a", range(10, 25), 4, max_tokens=1))
+    report = None
+    for _ in range(3):
+        report, _, _ = run_done(scheduler, report)
+    _, gpu, cpu = run_done(scheduler, report)
+    assert (gpu, cpu) == ([3], [4])
+
+
+def test_the_finish_looks_for_the_tail_key_at_the_prompts_last_hash_boundary() -> None:
+    """Hashes of 2, a 14-token prompt: the GPU keys the tail at 12 (a resend must compute
+    the last token), but the finish looks for a key at 14, the last hash boundary within
+    the prompt, as upstream does; the block has none there, so nothing more is stored."""
+    scheduler = fine_scheduler(lazy=False, hash_block=2)
+    scheduler.add_request(make_request("a", range(10, 24), 2, max_tokens=1))
+    report = None
+    stored = []
+    for _ in range(5):
+        report, gpu, _ = run_done(scheduler, report)
+        stored.append(gpu)
+    assert stored == [[2], [1], [5], [], []]

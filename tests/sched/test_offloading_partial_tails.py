@@ -35,10 +35,10 @@ LONG = range(10, 41)  # 31 tokens sharing PROMPT's first 15: the last state at 2
 
 
 def scheduler_with(num_blocks: int = 11, blocks_per_chunk: int = 1,
-                   kv_connector: object | None = None) -> Scheduler:
+                   kv_connector: object | None = None, hash_block: int = HASH) -> Scheduler:
     config = SchedulerConfig(
         max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64, block_size=BLOCK,
-        hash_block_size=HASH,
+        hash_block_size=hash_block,
         kv_connector=kv_connector or OffloadingSettings(32, blocks_per_chunk))  # type: ignore[arg-type]
     kv_config = KVCacheConfig(num_blocks, (KVCacheGroupSpec(("full",), FullAttentionSpec(BLOCK)),
                                            KVCacheGroupSpec(("mamba",), ALIGN)))
@@ -152,8 +152,97 @@ def test_a_tail_past_the_requests_offload_cap_stops_as_upstream_does() -> None:
         scheduler.schedule()
 
 
-def test_sub_block_hits_beside_another_connector_are_refused_in_one_line() -> None:
-    from impl.connector.types import OffloadSettings
+def test_sub_block_hits_beside_the_nixl_connector_are_refused_in_one_line() -> None:
+    from impl.connector.types import NixlSettings
 
-    with pytest.raises(ValueError, match="other than the OffloadingConnector"):
-        scheduler_with(kv_connector=OffloadSettings(16))
+    with pytest.raises(ValueError, match="beside the NIXL connector is not implemented"):
+        scheduler_with(kv_connector=NixlSettings())
+
+
+def _eagle_scheduler() -> Scheduler:
+    """EAGLE (one draft) beside mamba 'align' under sparse retention: the prompt's tail state
+    lies a hash block below the last boundary before its final token."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=BLOCK, hash_block_size=HASH, num_spec_tokens=1,
+                             num_lookahead_tokens=1, spec_method="eagle",
+                             kv_connector=OffloadingSettings(32, 1))
+    kv_config = KVCacheConfig(16, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(BLOCK)),
+        KVCacheGroupSpec(("mamba",), MambaSpec(BLOCK, mamba_cache_mode="align",
+                                               num_speculative_blocks=1))),
+        prefix_cache_retention_interval=0)
+    return Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=True)
+
+
+def test_a_whole_block_tail_sparse_retention_left_unkeyed_is_offered_when_keyed() -> None:
+    """PROMPT under EAGLE: its tail state is at 8, a whole block, which sparse retention does
+    not keep (no replay boundary there); the cache call that reaches 8 keys it as the tail
+    and offers it in that same call, so it is stored (job 0) with the chunk (job 1)
+    (`conformance/regressions/offloading-mamba-whole-tail-offered.events.jsonl`)."""
+    scheduler = _eagle_scheduler()
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
+    output, meta = run_step(scheduler)
+    assert output.num_scheduled_tokens == {"a": 8}
+    assert output.boundary_states == [BoundaryState("a", 1, 3, 8)]
+    assert [(job.gpu.block_ids, job.gpu.group_sizes) for job in meta.store_jobs.values()] == [
+        ((3,), (0, 1)), ((1,), (1, 0))]
+
+
+def test_a_tail_being_written_is_passed_over_for_the_whole_chunks() -> None:
+    """`a`'s partial-tail store (job 2) is still in flight when a resend looks it up: the
+    boundary at 12 is not readable yet, so the hit is the whole chunk alone (8)."""
+    scheduler = scheduler_with()
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
+    for _ in range(4):
+        run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    assert 2 in connector(scheduler).jobs
+    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
+    for _ in range(3):
+        run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    scheduler.add_request(make_request("b", PROMPT, HASH, max_tokens=2))
+    run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    assert scheduler.step_external_hits == [("b", 8)]
+
+
+def test_a_tail_is_never_looked_up_at_the_prompts_last_token() -> None:
+    """A 12-token prompt (PROMPT's first 12) after `a` stored its tail at 12: the tail would
+    cover the whole prompt, whose last token must be computed again, so the hit is chunk 0."""
+    scheduler = scheduler_with()
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
+    drain(scheduler, 4)
+    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
+    drain(scheduler, 3)
+    scheduler.add_request(make_request("p", range(10, 22), HASH, max_tokens=2))
+    run_step(scheduler, done=tuple(connector(scheduler).jobs))
+    assert scheduler.step_external_hits == [("p", 8)]
+
+
+def test_a_longer_prompt_loads_a_shorter_ones_tail_in_place_of_its_chunk() -> None:
+    """LONG after `a` (PROMPT) was stored and evicted: LONG's chunk 1 (to 16) is not on the
+    CPU, but PROMPT's tail at 12 is: the load reads chunk 0 and the boundary's keys (slots 1,
+    2, 3), not LONG's own key for chunk 1, which is keyed but absent."""
+    scheduler = scheduler_with()
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
+    drain(scheduler, 4)
+    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
+    drain(scheduler, 3)
+    scheduler.add_request(make_request("long", LONG, HASH, max_tokens=1))
+    _, meta = run_step(scheduler, done=tuple(connector(scheduler).jobs))
+    assert scheduler.step_external_hits == [("long", 12)]
+    (job,) = meta.load_jobs.values()
+    assert (job.gpu.group_sizes, job.cpu_slots) == ((2, 1), (1, 2, 3))
+
+
+def test_the_rightmost_readable_boundary_inside_the_block_is_the_hit() -> None:
+    """Hashes of 2 tokens: an 11-token prompt stores its tail at 10, PROMPT (15) its tail at
+    14; a resend of PROMPT after both are evicted hits 14, the rightmost of 14, 12 (absent)
+    and 10."""
+    scheduler = scheduler_with(num_blocks=12, hash_block=2)
+    for req_id, prompt in (("short", range(10, 21)), ("a", PROMPT)):
+        scheduler.add_request(make_request(req_id, prompt, 2, max_tokens=2))
+        drain(scheduler, 4)
+    scheduler.add_request(make_request("f", range(100, 156), 2, max_tokens=1))
+    drain(scheduler, 3)
+    scheduler.add_request(make_request("b", PROMPT, 2, max_tokens=2))
+    run_step(scheduler, done=tuple(connector(scheduler).jobs))
+    assert scheduler.step_external_hits == [("b", 14)]

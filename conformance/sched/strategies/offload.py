@@ -1,10 +1,9 @@
 """Hypothesis strategy for workloads with the CPU offload tier on (issue 11).
 
 A drawn workload from `strategies.workloads` (without the layouts the twin's offload tier does
-not model: mamba groups other than 'align' hashed by the block, no full-attention group, the
-continuum policy) gets a SimpleCPUOffloadConnector: a CPU pool from 4 blocks (smaller than
-anything the GPU caches: evictions on both tiers, and lazy offload's endless copying) to 256,
-eager or lazy,
+not model: mamba groups other than 'align', no full-attention group, the continuum policy)
+gets a SimpleCPUOffloadConnector: a CPU pool from 4 blocks (smaller than anything the GPU
+caches: evictions on both tiers, and lazy offload's endless copying) to 256, eager or lazy,
 transfer latencies 0 to 3 steps, both failure policies, and on single-group layouts up to two
 planned load failures. Half the draws cut the GPU pool to just above the longest request, so
 prefixes leave the GPU and come back from the CPU (loads), which is where the tier's bugs live.
@@ -27,11 +26,12 @@ from workloads.offload_limits import OffloadLimitsSpec
 
 def offloadable(workload: Workload) -> bool:
     """Layouts the twin's CPU tier models: full attention beside anything but mamba in a mode
-    other than 'align' or hashed finer than the block (its states are stored by block)."""
+    other than 'align' (its states are stored by block; hashed finer than the block, the CPU
+    pool hits on hash boundaries as the GPU does)."""
     config = workload.config
     kinds = {g.type for g in config.kv_cache_groups}
     mamba_ok = all(g.mamba_cache_mode == "align" for g in config.kv_cache_groups
-                   if g.type == "mamba") and config.hash_block_size in (None, config.block_size)
+                   if g.type == "mamba")
     return ("full" in kinds and ("mamba" not in kinds or mamba_ok)
             and config.policy != "continuum"
             and config.decode_context_parallel_size == 1  # DCP with a connector: not modelled
@@ -54,9 +54,13 @@ def draw_gpu_pool(draw: Any, workload: Workload, always_tight: bool = False) -> 
 @st.composite
 def offload_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -> Workload:
     """`mamba_align`: mamba 'align' hybrids only, caching on, a tight GPU pool and prompts sent
-    again (`draw_resends`), where the tier's states are stored by block and loaded back."""
-    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align)
-                              .filter(offloadable))
+    again (`draw_resends`), where the tier's states are stored by block and loaded back; half
+    of them hashed finer than the block (sub-block hits on both tiers in eager mode, the
+    copy-on-write of a producer's partial tail stored, a finishing request's full-attention
+    block its prompt's tail falls in stored)."""
+    fine = mamba_align and draw(st.booleans(), label="finer hashes")
+    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align and not fine,
+                                        sub_block=fine).filter(offloadable))
     if mamba_align:
         workload = draw_resends(draw, workload)
     config = workload.config
