@@ -91,11 +91,11 @@ NOT_IN_PD: dict[str, str] = {
 
 ONLY_IN_MODES: dict[str, tuple[tuple[str, ...], str]] = {
     "hybrid-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
-                               "sub-block hits beside the CPU tier or the NIXL connector are "
-                               "not modelled by the twin (it refuses the config)"),
+                               "sub-block hits beside the NIXL connector are not modelled by "
+                               "the twin (it refuses the config)"),
     "eagle-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
-                              "sub-block hits beside the CPU tier or the NIXL connector are not "
-                              "modelled by the twin (it refuses the config)"),
+                              "sub-block hits beside the NIXL connector are not modelled by the "
+                              "twin (it refuses the config)"),
     "mamba-spec-decode": (("eager", "lazy", "pd", "pd-push"),
                           "the OffloadingConnector beside a mamba group not in 'align' mode is "
                           "not modelled by the twin (it refuses the config)"),

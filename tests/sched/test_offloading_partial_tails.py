@@ -246,3 +246,21 @@ def test_the_rightmost_readable_boundary_inside_the_block_is_the_hit() -> None:
     scheduler.add_request(make_request("b", PROMPT, 2, max_tokens=2))
     run_step(scheduler, done=tuple(connector(scheduler).jobs))
     assert scheduler.step_external_hits == [("b", 14)]
+
+
+def test_a_store_reading_a_block_handed_out_as_a_copy_is_flushed() -> None:
+    """A pool of 10 blocks. `a`'s partial-tail store (job 2) reads its full block 3 and is
+    still in flight when `a` finishes; `b` (39 tokens) later stops its prompt on its own tail
+    at 36 and copies it before overwriting it: the copy is block 3, handed out again, so
+    job 2 is flushed in that step (the copy is in no block table: only the step's copies
+    say so)."""
+    scheduler = scheduler_with(num_blocks=10)
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=1))
+    for _ in range(5):
+        run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    scheduler.add_request(make_request("b", range(300, 339), HASH, max_tokens=2))
+    for _ in range(2):
+        run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    output, meta = run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
+    assert output.kv_cache_block_copies == [(5, 3)]
+    assert meta.jobs_to_flush == {2}
