@@ -21,7 +21,8 @@ prefix hit. Per step the scheduler side does three things:
   chunks become readable. A request's bookkeeping goes once it has finished and its last job
   is done.
 
-Lookups live in `lookup` (`Lookups`), stores in `stores` (`StoreOffers`), the jobs in flight
+Lookups live in `lookup` (`Lookups`), stores in `stores` (`StoreOffers`) and `partial_tails`
+(`PartialTails`), the mirrored block tables in `tables` (`BlockTables`), the jobs in flight
 and their completions in `job_book` (`JobBook`); this module keeps loads, the step's
 bookkeeping and resets.
 
@@ -37,7 +38,6 @@ transfer parameters) bound its lookups and stores.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
@@ -54,6 +54,7 @@ from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.partial_tails import PartialTails, partial_tail_tokens
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
+from impl.connector.offloading.tables import BlockTables
 from impl.connector.offloading.windows import (
     is_offloadable,
     mamba_align_tokens,
@@ -98,7 +99,7 @@ def _alignment_tokens(shapes: tuple[GroupShape, ...]) -> int | None:
     return None
 
 
-class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails):
+class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTables):
     completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadingSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, enable_prefix_caching: bool = True,
@@ -246,43 +247,6 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails):
         self.batch_flush = set()
         self.batch_allocated = set()
         return meta
-
-    def _follow_block_tables(self, output: SchedulerOutput) -> None:
-        """Mirror the block tables the step hands out (a resumed request's is replaced).
-
-        A windowed group frees blocks that fall out of its window before the request ends,
-        and the pool may hand one out again this step: every request's windowed entries not
-        stored yet that name a block handed out now are blanked (0), so no store reads it."""
-        cached = output.scheduled_cached_reqs
-        updates = chain(((new.req_id, new.block_ids, False) for new in output.scheduled_new_reqs),
-                        ((req_id, new_ids, req_id in cached.resumed_req_ids)
-                         for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids,
-                                                    strict=True)))
-        windowed = self.windowed_groups
-        known_ends: dict[str, list[int]] = {}  # windowed tables' lengths before this step
-        for req_id, new_ids, resumed in updates:
-            state = self.requests[req_id]
-            state.extend_keys(self.shapes)
-            if resumed:
-                for group in state.groups:
-                    group.block_ids.clear()
-            if new_ids:
-                known_ends[req_id] = [len(state.groups[i].block_ids) for i in windowed]
-                for shape, group in zip(self.shapes, state.groups, strict=True):
-                    group.block_ids.extend(new_ids[shape.group])
-                    self.batch_allocated.update(b for b in new_ids[shape.group] if b != 0)
-        # A copy-on-write's copy is a block handed out too (a running request's is in no table).
-        self.batch_allocated.update(copy for _, copy in output.kv_cache_block_copies)
-        if not windowed or not self.batch_allocated:
-            return
-        for req_id, state in self.requests.items():
-            ends = known_ends.get(req_id)
-            for position, index in enumerate(windowed):
-                group = state.groups[index]
-                end = len(group.block_ids) if ends is None else ends[position]
-                for slot in range(group.next_stored_chunk * self.blocks_per_chunk, end):
-                    if group.block_ids[slot] in self.batch_allocated:
-                        group.block_ids[slot] = 0
 
     def take_events(self) -> list[KVCacheEvent]:
         return kv_events(self.manager.take_events())
