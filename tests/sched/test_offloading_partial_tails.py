@@ -53,6 +53,17 @@ def drain(scheduler: Scheduler, steps: int) -> None:
         run_step(scheduler, done=tuple(connector(scheduler).jobs), loaded=waiting)
 
 
+def stored_then_evicted() -> Scheduler:
+    """`a` (PROMPT) runs, its chunks and its tail at 12 reach the CPU tier, then a filler
+    evicts its GPU blocks: a resend finds its prefix on the CPU only."""
+    scheduler = scheduler_with()
+    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
+    drain(scheduler, 4)
+    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
+    drain(scheduler, 3)
+    return scheduler
+
+
 def test_partial_tails_need_one_block_chunks_one_block_size_and_no_other_window() -> None:
     shapes = connector(scheduler_with()).shapes
     assert partial_tail_tokens(shapes, 1, HASH) == BLOCK
@@ -90,11 +101,7 @@ def test_a_resend_loads_the_tail_past_the_whole_chunks() -> None:
     """After `a` is stored and a filler evicts its GPU blocks, a resend hits chunk 0 (8
     tokens) and the tail at 12: its load reads the full group's chunk 0 and boundary key,
     and the mamba state at 12 (slots 1, 2, 3), into blocks 5 and 4 and mamba block 3."""
-    scheduler = scheduler_with()
-    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
-    drain(scheduler, 4)
-    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
-    drain(scheduler, 3)
+    scheduler = stored_then_evicted()
     scheduler.add_request(make_request("b", PROMPT, HASH, max_tokens=2))
     _, meta = run_step(scheduler, done=tuple(connector(scheduler).jobs))
     assert scheduler.step_external_hits == [("b", 12)]
@@ -207,11 +214,7 @@ def test_a_tail_being_written_is_passed_over_for_the_whole_chunks() -> None:
 def test_a_tail_is_never_looked_up_at_the_prompts_last_token() -> None:
     """A 12-token prompt (PROMPT's first 12) after `a` stored its tail at 12: the tail would
     cover the whole prompt, whose last token must be computed again, so the hit is chunk 0."""
-    scheduler = scheduler_with()
-    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
-    drain(scheduler, 4)
-    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
-    drain(scheduler, 3)
+    scheduler = stored_then_evicted()
     scheduler.add_request(make_request("p", range(10, 22), HASH, max_tokens=2))
     run_step(scheduler, done=tuple(connector(scheduler).jobs))
     assert scheduler.step_external_hits == [("p", 8)]
@@ -221,11 +224,7 @@ def test_a_longer_prompt_loads_a_shorter_ones_tail_in_place_of_its_chunk() -> No
     """LONG after `a` (PROMPT) was stored and evicted: LONG's chunk 1 (to 16) is not on the
     CPU, but PROMPT's tail at 12 is: the load reads chunk 0 and the boundary's keys (slots 1,
     2, 3), not LONG's own key for chunk 1, which is keyed but absent."""
-    scheduler = scheduler_with()
-    scheduler.add_request(make_request("a", PROMPT, HASH, max_tokens=2))
-    drain(scheduler, 4)
-    scheduler.add_request(make_request("f", range(100, 156), HASH, max_tokens=1))
-    drain(scheduler, 3)
+    scheduler = stored_then_evicted()
     scheduler.add_request(make_request("long", LONG, HASH, max_tokens=1))
     _, meta = run_step(scheduler, done=tuple(connector(scheduler).jobs))
     assert scheduler.step_external_hits == [("long", 12)]
