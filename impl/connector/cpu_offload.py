@@ -15,6 +15,9 @@ hashes. Two flows cross it:
   CPU destination; when the worker reports the store event done, the CPU block takes the GPU
   block's hash (it becomes findable) and both pins drop, so the CPU copy joins the CPU LRU.
 
+With KV events on, the tier announces its copies (stored when a store completes, removed when
+the CPU pool evicts one) with medium "CPU" (`impl.connector.offload_events`).
+
 Every pin is a plain reference on a block, so the pools' own invariants (`check_integrity`)
 cover the connector's bookkeeping too: `check_integrity` here adds the holders it knows about.
 """
@@ -25,6 +28,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
+from impl.connector.offload_events import on_cpu
+from impl.connector.offload_lazy import lazy_target_blocks
 from impl.connector.offload_state import (
     CPUHit,
     LoadState,
@@ -51,10 +56,11 @@ class SimpleCPUOffloadScheduler(OffloadStores):
     completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, max_num_batched_tokens: int,
-                 use_eagle: bool = False,
+                 use_eagle: bool = False, enable_events: bool = False,
                  behaviour: Behaviour = DEFAULT_BEHAVIOUR) -> None:
         super().__init__()
         self.settings = settings
+        self.enable_events = enable_events
         # Attention chunk sizes of chunked-local groups (`offload_lookup_chunk_aligned`).
         self.chunk_sizes = tuple(g.kv_cache_spec.attention_chunk_size
                                  for g in kv_cache_config.kv_cache_groups
@@ -65,7 +71,7 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         # With EAGLE's block drop, a CPU hit gives up its last block as a GPU hit does.
         self.cpu_coordinator = get_kv_cache_coordinator(
             cpu_config, enable_caching=True, hash_block_size=hash_block_size,
-            enable_kv_cache_events=False, use_eagle=use_eagle)
+            enable_kv_cache_events=enable_events, use_eagle=use_eagle)
         if settings.lazy_offload:  # (eager: hits on hash boundaries, as on the GPU)
             self.cpu_coordinator.turn_off_sub_block_hits()
         self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool
@@ -155,12 +161,14 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         for queued in self.pending_finished_stores:
             store.gpu_block_ids.extend(queued.gpu_block_ids)
             store.cpu_block_ids.extend(queued.cpu_block_ids)
+            if store.block_meta is not None and queued.block_meta is not None:
+                store.block_meta.extend(queued.block_meta)
         self.pending_finished_stores.clear()
         if store.gpu_block_ids:
             meta.store_event = event = self.store_event_counter
             self.store_event_counter += 1
             self.store_event_to_blocks[event] = Transfer(store.gpu_block_ids,
-                                                         store.cpu_block_ids)
+                                                         store.cpu_block_ids, store.block_meta)
             if store.req_ids:
                 self.store_event_to_reqs[event] = store.req_ids
                 for req_id in store.req_ids:
@@ -247,9 +255,8 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         return {rid for rid, state in self.reqs_to_load.items() if state.finished}
 
     def take_events(self) -> list[KVCacheEvent]:
-        """The CPU pool's KV events are not modelled (the harness runs this tier with events
-        off on both sides)."""
-        return []
+        """The tier's KV events since the last call, in order (`offload_events`)."""
+        return on_cpu(self.cpu_block_pool.take_events())
 
     def reset_cache(self) -> bool | None:
         """Upstream's reset abandons transfers in flight (their completions release pins
@@ -304,20 +311,3 @@ class SimpleCPUOffloadScheduler(OffloadStores):
             raise IntegrityError("offload: a store registered under no event")
         self.check_store_integrity()
 
-
-def lazy_target_blocks(kv_cache_config: KVCacheConfig, max_num_batched_tokens: int) -> int:
-    """GPU blocks lazy mode keeps covered (free, or offloaded and so safe to evict) ahead of
-    the allocator: one step's worth of blocks per group (a window's worth for sliding
-    windows, two states for mamba), doubled as headroom."""
-    from impl.core.specs import MambaSpec, SlidingWindowSpec
-
-    target = 0
-    for group in kv_cache_config.kv_cache_groups:
-        spec = group.kv_cache_spec
-        if isinstance(spec, MambaSpec):
-            target += 2
-        elif isinstance(spec, SlidingWindowSpec):
-            target += -(-spec.sliding_window // spec.block_size) + 1
-        else:
-            target += -(-max_num_batched_tokens // spec.block_size)
-    return target * 2

@@ -11,6 +11,7 @@ from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.block_pool import BlockPool
 
 if TYPE_CHECKING:
+    from impl.connector.offload_events import BlockMeta
     from impl.sched.request import Request
 
 PerGroupBlocks = tuple[list[KVCacheBlock], ...]
@@ -18,10 +19,12 @@ PerGroupBlocks = tuple[list[KVCacheBlock], ...]
 
 @dataclass(slots=True)
 class Transfer:
-    """Index-parallel GPU and CPU block ids of one load or store."""
+    """Index-parallel GPU and CPU block ids of one load or store; a store with KV events on
+    also carries each block's event payloads (`offload_events`), index-parallel too."""
 
     gpu_block_ids: list[int]
     cpu_block_ids: list[int]
+    block_meta: list[BlockMeta] | None = None
 
 
 @dataclass(slots=True)
@@ -57,11 +60,13 @@ class CPUHit:
 
 @dataclass(slots=True)
 class StoreBatch:
-    """Stores chosen for one step: block pairs and the requests they came from (eager)."""
+    """Stores chosen for one step: block pairs and the requests they came from (eager), and
+    with KV events on, each block's event payloads."""
 
     gpu_block_ids: list[int] = field(default_factory=list)
     cpu_block_ids: list[int] = field(default_factory=list)
     req_ids: list[str] = field(default_factory=list)
+    block_meta: list[BlockMeta] | None = None
 
 
 def hit_view(block_hashes: Sequence[BlockHash]) -> Request:

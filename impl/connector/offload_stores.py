@@ -4,11 +4,11 @@ Eager mode follows each request's block table as the worker sees it (the step's 
 request data) and stores every block whose tokens are *confirmed*: computed before this step
 and not async placeholders, hashed, not already on the CPU and not already being copied. A
 block computed in this step is stored by a later step (or, if the request finishes first, by
-the finish-time flush). Lazy mode stores nothing for running requests: it walks the GPU free
-queue in eviction order from where it stopped last time and copies the cached blocks that are
-about to be evicted, at most `target_free` blocks ahead of the allocator. Beside a mamba
+the finish-time flush). Lazy mode stores nothing for running requests: it copies cached blocks
+about to be evicted (`impl.connector.offload_lazy`). Beside a mamba
 'align' group, eager mode also copies each state the cache offers with its block
-(`_boundary_stores`).
+(`_boundary_stores`). With KV events on, each chosen block's event payloads are captured
+with it (`impl.connector.offload_events`) and announced when its copy completes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from impl.connector.offload_events import BlockMeta, capture_block_meta, stored_events
+from impl.connector.offload_lazy import LazyStores
 from impl.connector.offload_state import StoreBatch, StoreState, Transfer
 from impl.core.block import KVCacheBlock
 from impl.core.block_pool import BlockPool
@@ -29,18 +31,18 @@ if TYPE_CHECKING:
     from impl.sched.request import Request
 
 
-class OffloadStores:
+class OffloadStores(LazyStores):
     fa_group: int  # the full-attention group prefixes are matched on
     cpu_block_pool: BlockPool
     cpu_coordinator: KVCacheCoordinator
     group_block_sizes: list[int]
     hash_block_size: int
     lazy: bool
-    target_free: int
+    enable_events: bool  # the tier's own KV events (`offload_events`)
 
     def __init__(self) -> None:
         self._gpu_pool: BlockPool | None = None
-        self.cursor: KVCacheBlock | None = None  # lazy: the last free block scanned
+        self.cursor: KVCacheBlock | None = None  # (`LazyStores`)
         self.store_event_to_blocks: dict[int, Transfer] = {}
         self.store_event_to_reqs: dict[int, list[str]] = {}
         self.reqs_to_store: dict[str, StoreState] = {}  # eager only
@@ -62,7 +64,7 @@ class OffloadStores:
 
     # -- eager --------------------------------------------------------------------------------
     def _eager_stores(self, output: SchedulerOutput) -> StoreBatch:
-        batch = StoreBatch()
+        batch = StoreBatch(block_meta=[] if self.enable_events else None)
         gpu, cpu = self.gpu_pool, self.cpu_block_pool
         num_groups = len(self.group_block_sizes)
         if output.boundary_states:
@@ -81,8 +83,10 @@ class OffloadStores:
                     state.block_ids[group].extend(new_ids[group])
             if not output.num_scheduled_tokens.get(req_id, 0):
                 continue
-            gpu_ids, advanced = self.select_confirmed(state, state.block_ids)
+            gpu_ids, advanced, metas = self.select_confirmed(state, state.block_ids)
             if gpu_ids:
+                if batch.block_meta is not None:
+                    batch.block_meta.extend(metas)
                 cpu_ids = [b.block_id for b in cpu.get_new_blocks(len(gpu_ids))]
                 batch.req_ids.append(req_id)
                 batch.gpu_block_ids.extend(gpu_ids)
@@ -113,19 +117,23 @@ class OffloadStores:
             batch.gpu_block_ids.append(block.block_id)
             batch.cpu_block_ids.append(self.cpu_block_pool.get_new_blocks(1)[0].block_id)
             batch.req_ids.append(offer.request_id)
+            if batch.block_meta is not None:
+                batch.block_meta.append({})  # keyed by its block at completion: no payload
             self.in_flight_store_gpu_blocks.add(block.block_id)
             gpu.touch([block])
             num_free -= 1
 
     def select_confirmed(self, state: StoreState, block_ids: tuple[list[int], ...],
-                         ) -> tuple[list[int], list[int]]:
+                         ) -> tuple[list[int], list[int], list[BlockMeta]]:
         """GPU blocks of `state`'s request ready to store, from each group's cursor up to its
         confirmed tokens (at most as many as the CPU pool has free blocks), and how far each
         group's cursor advances (blocks skipped as null, unhashed, in flight or already on the
         CPU count as scanned). A null block (left a sliding window) is stored from the GPU
-        prefix cache if its hash is still there."""
+        prefix cache if its hash is still there. With KV events on, also each chosen block's
+        event payloads (empty otherwise)."""
         gpu = self.gpu_pool
         chosen: list[int] = []
+        metas: list[BlockMeta] = []
         advanced = [0] * len(self.group_block_sizes)
         request = state.request
         confirmed = request.num_computed_tokens - request.num_output_placeholders
@@ -154,7 +162,11 @@ class OffloadStores:
                     break
                 chosen.append(block.block_id)
                 advanced[group] += 1
-        return chosen, advanced
+                if self.enable_events:
+                    assert block.block_hash is not None  # (`_store_ready`)
+                    metas.append(capture_block_meta(request, index, block.block_hash, hashes,
+                                                    size, self.hash_block_size))
+        return chosen, advanced, metas
 
     def _cacheable(self, num_tokens: int) -> int:
         """Tokens the CPU coordinator could cache: hybrid hits are aligned to the scheduler
@@ -178,15 +190,17 @@ class OffloadStores:
         state = self.reqs_to_store.get(request.request_id)
         if state is None or self._gpu_pool is None:
             return
-        gpu_ids, _ = self.select_confirmed(state, block_ids)
+        gpu_ids, _, metas = self.select_confirmed(state, block_ids)
         tail = self._prompt_tail_block(request, block_ids)
         if (tail is not None and tail not in gpu_ids
                 and len(gpu_ids) < self.cpu_block_pool.get_num_free_blocks()):
             gpu_ids.append(tail)
+            metas.append({})  # keyed by its block at completion: no payload
         if not gpu_ids:
             return
         cpu_ids = [b.block_id for b in self.cpu_block_pool.get_new_blocks(len(gpu_ids))]
-        self.pending_finished_stores.append(Transfer(gpu_ids, cpu_ids))
+        self.pending_finished_stores.append(
+            Transfer(gpu_ids, cpu_ids, metas if self.enable_events else None))
         self.in_flight_store_gpu_blocks.update(gpu_ids)
         gpu = self.gpu_pool
         gpu.touch([gpu.blocks[i] for i in gpu_ids])
@@ -251,35 +265,12 @@ class OffloadStores:
                     raise IntegrityError(f"offload: store event {event} lists {req_id}, whose "
                                          "store state does not have it")
 
-    # -- lazy ---------------------------------------------------------------------------------
-    def _lazy_stores(self) -> StoreBatch:
-        batch = StoreBatch()
-        if self._gpu_pool is None:  # lazy mode's target is at least two blocks
-            return batch
-        gpu, cpu = self.gpu_pool, self.cpu_block_pool
-        num_cpu_free = cpu.get_num_free_blocks()
-        if self.cursor is not None and self.cursor.ref_cnt > 0:
-            self.cursor = None  # it left the free queue: start again from the head
-        last = self.cursor
-        for covered, block in enumerate(_free_blocks_after(gpu, self.cursor)):
-            if covered >= self.target_free or len(batch.gpu_block_ids) >= num_cpu_free:
-                break
-            last = block
-            if (block.block_hash is not None and not block.is_null
-                    and cpu.get_cached_block(block.block_hash, [block.hash_group_id]) is None):
-                batch.gpu_block_ids.append(block.block_id)
-        self.cursor = last
-        if batch.gpu_block_ids:
-            batch.cpu_block_ids = [b.block_id for b in
-                                   cpu.get_new_blocks(len(batch.gpu_block_ids))]
-            gpu.touch([gpu.blocks[i] for i in batch.gpu_block_ids])
-        return batch
-
     # -- completion ---------------------------------------------------------------------------
     def process_store_event(self, event: int) -> None:
-        """A store event finished: its CPU copies take their GPU sources' hashes, every pin
-        drops (CPU copies join the CPU LRU as cached blocks), and eager requests that only
-        waited for it are cleaned up. Unknown events (stale) are ignored."""
+        """A store event finished: its CPU copies take their GPU sources' hashes (announced,
+        with KV events on), every pin drops (CPU copies join the CPU LRU as cached blocks),
+        and eager requests that only waited for it are cleaned up. Unknown events (stale) are
+        ignored."""
         transfer = self.store_event_to_blocks.pop(event, None)
         if transfer is None:
             return
@@ -287,13 +278,20 @@ class OffloadStores:
             self.in_flight_store_gpu_blocks.difference_update(transfer.gpu_block_ids)
         gpu, cpu = self.gpu_pool, self.cpu_block_pool
         cpu_blocks = [cpu.blocks[i] for i in transfer.cpu_block_ids]
-        for gpu_id, cpu_block in zip(transfer.gpu_block_ids, cpu_blocks, strict=True):
+        metas = transfer.block_meta
+        for index, (gpu_id, cpu_block) in enumerate(zip(transfer.gpu_block_ids, cpu_blocks,
+                                                        strict=True)):
             source = gpu.blocks[gpu_id]
             block_hash = source.block_hash
-            if block_hash is None or cpu_block.block_hash == block_hash:
+            if block_hash is None:
                 continue
-            # Its sub-block keys too (a prompt ending inside the block is found by them).
-            cpu.index_block(cpu_block, block_hash, source.hash_group_id, source.extra_hashes)
+            if cpu_block.block_hash != block_hash:
+                # Its sub-block keys too (a prompt ending inside the block is found by them).
+                cpu.index_block(cpu_block, block_hash, source.hash_group_id,
+                                source.extra_hashes)
+            if self.enable_events:
+                cpu.kv_event_queue.extend(stored_events(
+                    source, {} if metas is None else metas[index], self.group_block_sizes))
         cpu.free_blocks(cpu_blocks)
         gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
         if self.lazy:
@@ -316,8 +314,3 @@ def _new_block_ids(output: SchedulerOutput,
     cached = output.scheduled_cached_reqs
     yield from zip(cached.req_ids, cached.new_block_ids, strict=True)
 
-
-def _free_blocks_after(pool: BlockPool, cursor: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
-    """Free blocks in eviction order after `cursor` (all of them when None; none when the
-    cursor has left the free queue): one link away, not a scan from the head."""
-    return pool.free_block_queue.after(cursor)

@@ -77,7 +77,8 @@ class ConnectorPaths(BlockFrees):
                 cpu_tier = SimpleCPUOffloadScheduler(
                     settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
                     max_num_batched_tokens=config.max_num_batched_tokens,
-                    use_eagle=config.use_eagle_block_drop, behaviour=config.behaviour)
+                    use_eagle=config.use_eagle_block_drop,
+                    enable_events=config.enable_kv_cache_events, behaviour=config.behaviour)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
         self.defer_block_free = settings is not None and config.async_scheduling

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from impl.connector.cpu_offload import lazy_target_blocks
+from impl.connector.offload_lazy import lazy_target_blocks
 from impl.connector.types import KVConnectorOutput, OffloadSettings
 from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec

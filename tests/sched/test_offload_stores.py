@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from impl.connector.cpu_offload import SimpleCPUOffloadScheduler, lazy_target_blocks
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.offload_lazy import lazy_target_blocks
 from impl.connector.types import OffloadSettings
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 from tests.sched.helpers import make_request

@@ -161,13 +161,13 @@ def observability(config: EngineConfig) -> dict[str, Any]:
 
 
 def connector_events(config: EngineConfig) -> dict[str, Any]:
-    """KV events on for the connector's own tier where the twin models them: the
-    OffloadingConnector's (alone or in a MultiConnector). The engine-wide switch also turns
-    on the SimpleCPUOffloadConnector's, which the twin does not model, so that tier runs
-    without. The GPU pool's events are turned on by the adapter either way (and the adapter
-    stands in for the publisher the engine would build)."""
+    """KV events on for the connector's own tier: the OffloadingConnector's (alone or in a
+    MultiConnector) and the SimpleCPUOffloadConnector's. The GPU pool's events are turned on
+    by the adapter either way (and the adapter stands in for the publisher the engine would
+    build)."""
     connector = config.kv_connector
-    if connector is None or connector.part("offloading") is None:
+    if connector is None or (connector.part("offloading") is None
+                             and connector.type != "simple_cpu_offload"):
         return {}
     from vllm.config import KVEventsConfig
 
