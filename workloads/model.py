@@ -121,7 +121,8 @@ class KVConnectorConfig:
     backend, `num_cpu_chunks` chunks of `offloaded_block_size` tokens (None: the GPU block
     size; else a multiple of it); `eviction_policy` lru | arc; `store_threshold`: offers a
     chunk needs before it is stored (below 2: every offer); `offload_prompt_only`: store
-    prompt chunks only (upstream's default).
+    prompt chunks only (upstream's default); `self_describing_kv_events`: its CPU tier's KV
+    events carry each chunk's per-block hashes, tokens and parent (off by default).
 
     `type` "multi": upstream's MultiConnector over `connectors` (a `nixl` and an `offloading`
     one, in either order: P/D with a CPU tier); the first that claims a request's tokens
@@ -150,6 +151,7 @@ class KVConnectorConfig:
     eviction_policy: Literal["lru", "arc"] = "lru"
     store_threshold: int = 0
     offload_prompt_only: bool = True
+    self_describing_kv_events: bool = False
     send_latency_steps: int = 1
     transfer_mode: Literal["pull", "push"] = "pull"
     bidirectional: bool = False
@@ -182,7 +184,9 @@ class KVConnectorConfig:
                        if self.offloaded_block_size is not None else {}),
                     "eviction_policy": self.eviction_policy,
                     "store_threshold": self.store_threshold,
-                    "offload_prompt_only": self.offload_prompt_only, **latency}
+                    "offload_prompt_only": self.offload_prompt_only,
+                    **({"self_describing_kv_events": True}
+                       if self.self_describing_kv_events else {}), **latency}
         return {"type": self.type, "num_cpu_blocks": self.num_cpu_blocks,
                 "lazy_offload": self.lazy_offload,
                 "load_failure_policy": self.load_failure_policy, **latency,

@@ -95,6 +95,7 @@ class OffloadingModel(_Strict):
     eviction_policy: Literal["lru", "arc"] = "lru"
     store_threshold: NonNegInt = 0
     offload_prompt_only: bool = True
+    self_describing_kv_events: bool = False
     load_latency_steps: NonNegInt = 1
     store_latency_steps: NonNegInt = 1
 

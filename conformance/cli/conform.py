@@ -71,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                               "pool cut to an eighth so prefixes come back from the CPU: "
                               "SimpleCPUOffloadConnector (eager | lazy) or the "
                               "OffloadingConnector (offloading: LRU, 2-block chunks; "
-                              "offloading-arc: ARC); pd: the NIXL prefill/decode connector, "
+                              "offloading-arc: ARC, self-describing KV events); pd: the NIXL "
+                              "prefill/decode connector, "
                               "requests taking turns as decodes pulling their prompt and "
                               "prefills held for a peer's read "
                               "(`conformance.sched.offload_suite`)")

@@ -1,6 +1,7 @@
 """The default suite with a KV connector on (issue 11's gate): every suite workload with
 upstream's SimpleCPUOffloadConnector, eager or lazy, or with its OffloadingConnector
-(`offloading`: LRU, chunks of two GPU blocks; `offloading-arc`: ARC, one block per chunk), on
+(`offloading`: LRU, chunks of two GPU blocks; `offloading-arc`: ARC, one block per chunk,
+self-describing KV events), on
 a GPU pool cut to an eighth (never below what its longest request needs) so prefixes leave
 the GPU and come back from the CPU. Mode `pd` puts the NIXL prefill/decode connector on
 instead (`workloads.pd`): of the requests that may take a part, every third pulls its prompt
@@ -90,12 +91,6 @@ NOT_IN_PD: dict[str, str] = {
 
 
 ONLY_IN_MODES: dict[str, tuple[tuple[str, ...], str]] = {
-    "hybrid-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
-                               "sub-block hits beside the NIXL connector are not modelled by "
-                               "the twin (it refuses the config)"),
-    "eagle-mamba-sub-block": (("offloading", "offloading-arc", "eager", "lazy"),
-                              "sub-block hits beside the NIXL connector are not modelled by the "
-                              "twin (it refuses the config)"),
     "mamba-spec-decode": (("eager", "lazy", "pd", "pd-push"),
                           "the OffloadingConnector beside a mamba group not in 'align' mode is "
                           "not modelled by the twin (it refuses the config)"),
@@ -162,7 +157,9 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
                           num_cpu_chunks=config.num_blocks if mode == "offloading"
                           else 2 * config.num_blocks,
                           offloaded_block_size=2 * block if mode == "offloading" else None,
-                          eviction_policy="arc" if mode == "offloading-arc" else "lru")
+                          eviction_policy="arc" if mode == "offloading-arc" else "lru",
+                          # The ARC mode also describes its chunks in its KV events.
+                          self_describing_kv_events=mode == "offloading-arc")
         if mode.startswith("offloading")
         else KVConnectorConfig(num_cpu_blocks=2 * config.num_blocks, lazy_offload=mode == "lazy",
                                load_latency_steps=latency_steps,

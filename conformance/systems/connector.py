@@ -209,7 +209,8 @@ def offload_settings(config: EngineConfig) -> Any:
     if c.type == "offloading":
         return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
                                   c.eviction_policy, c.store_threshold,
-                                  offload_prompt_only=c.offload_prompt_only)
+                                  offload_prompt_only=c.offload_prompt_only,
+                                  self_describing_kv_events=c.self_describing_kv_events)
     return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy)
 
 
@@ -271,7 +272,8 @@ def _offloading_extra(config: EngineConfig) -> dict[str, Any]:
             "blocks_per_chunk": blocks_per_chunk(config),
             "eviction_policy": c.eviction_policy,
             "store_threshold": c.store_threshold,
-            "offload_prompt_only": c.offload_prompt_only}
+            "offload_prompt_only": c.offload_prompt_only,
+            "self_describing_kv_events": c.self_describing_kv_events}
 
 
 def kv_cache_tensors_for(config: EngineConfig) -> list[Any]:

@@ -45,7 +45,9 @@ class OffloadingSettings:
     the twin takes the count). `blocks_per_chunk`: GPU blocks per offloaded chunk (the
     offloaded block size over the GPU's). `eviction_policy`: `lru` or `arc`.
     `store_threshold`: offers a chunk needs before it is stored (below 2: every offer).
-    `offload_prompt_only`: store prompt chunks only (upstream's default)."""
+    `offload_prompt_only`: store prompt chunks only (upstream's default).
+    `self_describing_kv_events`: with KV events on, announce each chunk's per-block hashes,
+    tokens and parent (`impl.connector.offloading.events`)."""
 
     num_cpu_chunks: int
     blocks_per_chunk: int = 1
@@ -53,6 +55,7 @@ class OffloadingSettings:
     store_threshold: int = 0
     max_tracker_size: int = 64_000
     offload_prompt_only: bool = True
+    self_describing_kv_events: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_cpu_chunks", "blocks_per_chunk", "max_tracker_size"):

@@ -21,6 +21,7 @@ from impl.core.coordinator import (
     PerGroupBlocks,
 )
 from impl.core.hashing import hashes_at_block_size
+from impl.core.partial_hits import full_attention_hit, mamba_hit
 from impl.core.specs import MambaSpec
 
 if TYPE_CHECKING:
@@ -32,20 +33,34 @@ def find_hit_per_group(coordinator: HybridKVCacheCoordinator, request: Request,
     """Each attention type's own longest hit, not reconciled to one length: blocks and
     length per group (a group without a prefix cache: none). With EAGLE each type but mamba
     looks one of its blocks past `max_length` and gives its last block up, as in the agreed
-    search (`impl.core.hit_search`); sub-block hits never meet a connector (refused)."""
+    search (`impl.core.hit_search`). With sub-block hits on, full attention and mamba look
+    their hits up on hash boundaries as the agreed search does (`impl.core.partial_hits`;
+    an EAGLE look-ahead is then one hash block), so a decode side's hit may end inside a
+    block and take a copy of it."""
     blocks: list[list[KVCacheBlock]] = [[] for _ in coordinator.managers]
     lengths = [0] * len(coordinator.managers)
     eagle = coordinator.use_eagle
-    max_hashed = len(request.block_hashes) * coordinator.hash_block_size
+    hash_block_size = coordinator.hash_block_size
+    max_hashed = len(request.block_hashes) * hash_block_size
+    pool = coordinator.block_pool
     for spec, group_ids in coordinator.spec_groups:
         manager = coordinator.managers[group_ids[0]]
-        hashes = hashes_at_block_size(request.block_hashes, coordinator.hash_block_size,
-                                      spec.block_size)
+        fine = coordinator.sub_block_hits and spec.block_size > hash_block_size
         drop = eagle and not isinstance(spec, MambaSpec)
-        search_length = min(max_length + manager.block_size, max_hashed) if drop else max_length
-        hits, found = manager.find_longest_cache_hit(
-            hashes, search_length, group_ids, coordinator.block_pool, spec,
-            coordinator.cache_hit_alignment, drop)
+        margin = hash_block_size if fine else manager.block_size
+        search_length = min(max_length + margin, max_hashed) if drop else max_length
+        if fine and isinstance(spec, MambaSpec):
+            hits, found = mamba_hit(request.block_hashes, search_length, group_ids, pool,
+                                    spec.block_size, hash_block_size)
+        elif fine:
+            hits, found = full_attention_hit(request.block_hashes, search_length, group_ids,
+                                             pool, spec.block_size, hash_block_size, drop)
+        else:
+            hashes = hashes_at_block_size(request.block_hashes, hash_block_size,
+                                          spec.block_size)
+            hits, found = manager.find_longest_cache_hit(
+                hashes, search_length, group_ids, pool, spec,
+                coordinator.cache_hit_alignment, drop)
         for group_id, group_hits in zip(group_ids, hits, strict=True):
             blocks[group_id] = group_hits
             lengths[group_id] = found

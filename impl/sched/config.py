@@ -145,9 +145,9 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
     the drafts' state blocks under speculative decoding (`impl.core.mamba_align`), beside an
     EAGLE drafter too (`impl.sched.mamba_split`). Hashes finer than the block give
     sub-block hits with copy-on-write states (`impl.core.partial_hits`), modelled without a
-    KV connector, beside the CPU tier (its pool hits on hash boundaries too, eager mode) and
-    beside the OffloadingConnector (its partial tails: `impl.connector.offloading.partial_tails`);
-    not beside the NIXL connector.
+    KV connector, beside the CPU tier (its pool hits on hash boundaries too, eager mode),
+    beside the OffloadingConnector (its partial tails: `impl.connector.offloading.partial_tails`)
+    and beside the NIXL connector (a decode side's per-group hit, `impl.core.lagging_hits`).
     From 0.33 upstream refuses mamba prefix caching in any other mode, so under that
     behaviour the twin refuses the same configs."""
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -156,14 +156,6 @@ def check_mamba_caching(config: SchedulerConfig, kv_cache_config: KVCacheConfig)
             continue
         where = f"kv_cache_groups[{index}].mamba_cache_mode"
         if spec.mamba_cache_mode == "align":
-            if (config.effective_hash_block_size != spec.block_size
-                    and config.kv_connector is not None and config.enable_prefix_caching
-                    and not isinstance(config.kv_connector, (OffloadingSettings, OffloadSettings))):
-                raise ValueError(f"{where}: 'align' with hash_block_size "
-                                 f"{config.effective_hash_block_size} < block size "
-                                 f"{spec.block_size} (sub-block hits) beside the NIXL "
-                                 "connector is not implemented by the twin; hash at the "
-                                 "block size")
             continue
         if config.enable_prefix_caching and config.behaviour.mamba_prefix_caching_requires_align:
             raise ValueError(f"{where}: vLLM {config.behaviour.release} caches mamba prefixes "

@@ -4,7 +4,7 @@ the step that stores a prompt and the one that evicts it, behind the GPU pool's.
 
 from __future__ import annotations
 
-from impl.connector.offloading.events import kv_events
+from impl.connector.offloading.events import ConnectorEvents
 from impl.connector.offloading.keys import OffloadEvent, offload_key
 from impl.connector.types import OffloadingSettings
 from impl.core.events import BlockRemoved, BlockStored
@@ -15,6 +15,11 @@ from tests.sched.test_offloading_connector import BLOCK, run_step
 
 def h(n: int) -> bytes:
     return bytes([n]) * 8
+
+
+def kv_events(events: list[OffloadEvent]) -> list[object]:
+    """Plain events (self-describing ones off)."""
+    return list(ConnectorEvents(False).kv_events(events))
 
 
 def test_stores_are_one_event_per_chunk_with_its_key_hash_alone() -> None:

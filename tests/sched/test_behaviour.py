@@ -118,16 +118,12 @@ def test_mamba_align_refuses_what_the_twin_does_not_implement(behaviour: Behavio
     build(behaviour, mamba_config("align"), caching=False)
     build(behaviour, mamba_config("align"), num_spec_tokens=2)  # drafts' state blocks
     # Finer hashes give sub-block hits (`impl.core.partial_hits`), beside no connector, the
-    # CPU tier or the OffloadingConnector (its partial tails), not beside NIXL.
+    # CPU tier, the OffloadingConnector (its partial tails) or the NIXL connector.
     build(behaviour, mamba_config("align"), hash_block_size=8)
-    for connector in (OffloadingSettings(32, 1), OffloadSettings(num_cpu_blocks=8)):
+    for connector in (OffloadingSettings(32, 1), OffloadSettings(num_cpu_blocks=8),
+                      NixlSettings()):
         build(behaviour, mamba_config("align"), hash_block_size=8,
               kv_connector=connector)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^kv_cache_groups\[1\]\.mamba_cache_mode: 'align' "
-                                         r"with hash_block_size 8 < block size 16 \(sub-block "
-                                         r"hits\) beside the NIXL connector is not implemented"):
-        build(behaviour, mamba_config("align"), hash_block_size=8,
-              kv_connector=NixlSettings())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("behaviour", RELEASES, ids=lambda b: b.release)

@@ -84,3 +84,24 @@ def test_without_a_pull_the_hit_falls_back_to_what_every_group_agrees_on() -> No
     scheduled, _, _ = run_step(scheduler)
     assert scheduled == {"d": 4}
     assert scheduler.kv_cache_manager.get_block_ids("d") == ([1, 2, 3, 4, 7], [0, 0, 0, 5, 8])
+
+
+def test_hashed_finer_than_the_block_a_local_hit_ends_inside_a_block() -> None:
+    """Blocks of 4 hashed every 2. r (15 tokens) keys its prompt's tail at 14, inside its
+    fourth block, and keeps it in a copy (6 -> 7) as it decodes. s sends r's prompt and one
+    more token: with the NIXL connector the hit is looked up group by group, on hash
+    boundaries as without one: full attention's three blocks and r's tail block to 14, the
+    state at 14; both shared blocks are copied (5 -> 6, 7 -> 8) and s computes 2 tokens."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=BLOCK, hash_block_size=2,
+                             kv_connector=NixlSettings("fail", "pull"))
+    groups = (KVCacheGroupSpec(("f",), FullAttentionSpec(BLOCK)), KVCacheGroupSpec(("m",), ALIGN))
+    scheduler = Scheduler(config, KVCacheConfig(40, groups), none_hash=NONE_HASH,
+                          log_stats=True)
+    scheduler.add_request(make_request("r", range(10, 25), 2, max_tokens=1))
+    assert [run_step(scheduler)[0] for _ in range(4)] == [{"r": 12}, {"r": 2}, {"r": 1}, {}]
+    scheduler.add_request(make_request("s", [*range(10, 25), 99], 2, max_tokens=1))
+    output = scheduler.schedule()
+    assert dict(output.num_scheduled_tokens) == {"s": 2}
+    assert output.kv_cache_block_copies == [(5, 6), (7, 8)]
+    assert scheduler.kv_cache_manager.get_block_ids("s") == ([1, 2, 3, 6], [0, 0, 0, 8])

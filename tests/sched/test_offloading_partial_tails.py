@@ -13,6 +13,7 @@ import pytest
 
 from impl.connector.offloading.partial_tails import partial_tail_tokens
 from impl.connector.types import OffloadingSettings, OffloadLimits
+from impl.core.events import BlockStored
 from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import (
     FullAttentionSpec,
@@ -159,13 +160,6 @@ def test_a_tail_past_the_requests_offload_cap_stops_as_upstream_does() -> None:
         scheduler.schedule()
 
 
-def test_sub_block_hits_beside_the_nixl_connector_are_refused_in_one_line() -> None:
-    from impl.connector.types import NixlSettings
-
-    with pytest.raises(ValueError, match="beside the NIXL connector is not implemented"):
-        scheduler_with(kv_connector=NixlSettings())
-
-
 def _eagle_scheduler() -> Scheduler:
     """EAGLE (one draft) beside mamba 'align' under sparse retention: the prompt's tail state
     lies a hash block below the last boundary before its final token."""
@@ -263,3 +257,27 @@ def test_a_store_reading_a_block_handed_out_as_a_copy_is_flushed() -> None:
     output, meta = run_step(scheduler, done=tuple(j for j in connector(scheduler).jobs if j != 2))
     assert output.kv_cache_block_copies == [(5, 3)]
     assert meta.jobs_to_flush == {2}
+
+
+def test_a_stored_tail_is_described_up_to_its_boundary() -> None:
+    """With self-describing KV events, a's tail at 12 is announced by full attention as the
+    hash block from its block's start (8) to the boundary: tokens 8..11 at the hash block
+    size, parented on the hash at 8; the mamba group's key stays plain."""
+    config = SchedulerConfig(
+        max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64, block_size=BLOCK,
+        hash_block_size=HASH, enable_kv_cache_events=True,
+        kv_connector=OffloadingSettings(32, 1, self_describing_kv_events=True))
+    groups = (KVCacheGroupSpec(("full",), FullAttentionSpec(BLOCK)),
+              KVCacheGroupSpec(("mamba",), ALIGN))
+    scheduler = Scheduler(config, KVCacheConfig(11, groups), none_hash=NONE_HASH,
+                          log_stats=True)
+    a = make_request("a", PROMPT, HASH, max_tokens=2)
+    scheduler.add_request(a)
+    stored: list[BlockStored] = []
+    for _ in range(4):
+        drain(scheduler, 1)
+        stored += [e for e in scheduler.take_events()
+                   if isinstance(e, BlockStored) and e.medium == "CPU"]
+    h = a.block_hashes
+    assert BlockStored((h[2],), h[1], (18, 19, 20, 21), HASH, None, 0, medium="CPU") in stored
+    assert BlockStored((h[2],), None, (), 0, None, 1, medium="CPU") in stored

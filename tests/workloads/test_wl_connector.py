@@ -82,15 +82,18 @@ OFFLOADING: dict[str, Any] = {"type": "offloading", "num_cpu_chunks": 8}
 def test_the_offloading_connector_round_trips_with_every_setting() -> None:
     spec = {**OFFLOADING, "offloaded_block_size": 32, "eviction_policy": "arc",
             "store_threshold": 2, "offload_prompt_only": False, "load_latency_steps": 0,
-            "store_latency_steps": 2}
+            "store_latency_steps": 2, "self_describing_kv_events": True}
     workload = loads(text({"kv_connector": spec}))
     assert workload.config.kv_connector == KVConnectorConfig(
         "offloading", load_latency_steps=0, store_latency_steps=2, num_cpu_chunks=8,
         offloaded_block_size=32, eviction_policy="arc", store_threshold=2,
-        offload_prompt_only=False)
+        offload_prompt_only=False, self_describing_kv_events=True)
     assert loads(dumps(workload)) == workload
     written = json.loads(dumps(workload).splitlines()[0])["config"]["kv_connector"]
     assert "num_cpu_blocks" not in written and "lazy_offload" not in written
+    # Off (the default) is not written, so files from before the field read back the same.
+    plain = json.loads(dumps(loads(text({"kv_connector": OFFLOADING}))).splitlines()[0])
+    assert "self_describing_kv_events" not in plain["config"]["kv_connector"]
 
 
 # field (under config.kv_connector) -> (the OffloadingConnector as written, message substring)
@@ -102,6 +105,8 @@ BAD_OFFLOADING: dict[str, tuple[dict[str, Any], str]] = {
     "load_failures": ({**OFFLOADING, "load_failures": []}, "unknown field"),
     "store_threshold": ({**OFFLOADING, "store_threshold": -2},
                         "greater than or equal to 0 (got -2)"),
+    "self_describing_kv_events": ({**OFFLOADING, "self_describing_kv_events": "yes"},
+                                  "'yes'"),
 }
 
 

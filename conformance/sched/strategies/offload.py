@@ -142,6 +142,7 @@ def offloading_workloads(draw: Any, max_requests: int = 10,
         eviction_policy=draw(st.sampled_from(["lru", "arc"]), label="eviction policy"),
         store_threshold=draw(st.sampled_from([0, 2, 3]), label="store threshold"),
         offload_prompt_only=draw(st.booleans(), label="prompt only"),
+        self_describing_kv_events=draw(st.booleans(), label="self-describing events"),
         load_latency_steps=draw(st.integers(0, 3), label="load latency"),
         store_latency_steps=draw(st.integers(0, 3), label="store latency"),
     )

@@ -30,6 +30,7 @@ from conformance.sched.strategies.offload import (
     draw_connector_resets,
     draw_gpu_pool,
     draw_offload_limits,
+    draw_resends,
 )
 from conformance.sched.strategies.workloads import workloads
 from workloads.model import KVConnectorConfig, RequestSpec, Workload
@@ -37,15 +38,15 @@ from workloads.pd import KVTransferSpec
 
 
 def pd_capable(workload: Workload) -> bool:
-    """Layouts the twin's NIXL connector models (no ring or bounded-replay groups; mamba
-    'align' hashed by the block, which the OffloadingConnector a draw may put beside it also
-    models), a generating model, no continuum policy (EAGLE drafters included)."""
+    """Layouts the twin's NIXL connector models (no ring or bounded-replay groups; mamba in
+    'align' mode, hashed by the block or finer, which the OffloadingConnector a draw may put
+    beside it also models), a generating model, no continuum policy (EAGLE drafters
+    included)."""
     config = workload.config
     mamba = [g for g in config.kv_cache_groups if g.type == "mamba"]
     return (all(g.type in ("full", "reference_window", "sliding_window", "chunked_local",
                            "mamba") and not g.bounded_replay for g in config.kv_cache_groups)
             and all(g.mamba_cache_mode == "align" for g in mamba)
-            and (not mamba or config.hash_block_size in (None, config.block_size))
             and config.runner == "generate" and config.policy != "continuum"
             and config.decode_context_parallel_size == 1)
 
@@ -76,9 +77,13 @@ def _with_part(draw: Any, request: RequestSpec, bidirectional: bool) -> RequestS
 def pd_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -> Workload:
     """`mamba_align`: mamba 'align' hybrids only (the prefill side leaves its prompt's last
     token to the decode side; a decode side's local hit may run past the mamba state, which
-    the pull brings)."""
-    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align)
-                              .filter(pd_capable))
+    the pull brings); half of them hashed finer than the block, with prompts sent again, so
+    local hits end inside a block (sub-block hits, `impl.core.lagging_hits`)."""
+    fine = mamba_align and draw(st.booleans(), label="finer hashes")
+    workload: Workload = draw(workloads(max_requests, mamba_align=mamba_align and not fine,
+                                        sub_block=fine).filter(pd_capable))
+    if fine:
+        workload = draw_resends(draw, workload)
     num_blocks = draw_gpu_pool(draw, workload)
     mode = draw(st.sampled_from(["pull", "push"]), label="transfer mode")
     bidirectional = mode == "pull" and draw(st.booleans(), label="bidirectional")
@@ -96,7 +101,8 @@ def pd_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -
         cpu = KVConnectorConfig(
             "offloading", num_cpu_chunks=draw(st.sampled_from([4, 16, 64]), label="cpu chunks"),
             load_latency_steps=draw(st.integers(0, 3), label="cpu load latency"),
-            store_latency_steps=draw(st.integers(0, 3), label="cpu store latency"))
+            store_latency_steps=draw(st.integers(0, 3), label="cpu store latency"),
+            self_describing_kv_events=draw(st.booleans(), label="self-describing events"))
         connector = KVConnectorConfig("multi", connectors=(
             (cpu, connector) if tier == "first" else (connector, cpu)))
     requests = tuple(_with_part(draw, r, bidirectional) for r in workload.requests)

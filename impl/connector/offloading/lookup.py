@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from impl.connector.offloading.events import ConnectorEvents
 from impl.connector.offloading.keys import LookupResult, OffloadKey
 from impl.connector.offloading.windows import load_window, window_lookup
 
@@ -52,6 +53,7 @@ class Lookups:
     mamba_align_size: int | None  # `windows.mamba_align_tokens`
     partial_tail_tokens: int  # `partial_tails.partial_tail_tokens` (0: off)
     hash_block_tokens: int
+    events: ConnectorEvents  # hits snapshot self-describing payloads
 
     def _lookup(self, state: RequestOffload) -> int | None:
         """The hit past the local one in tokens (0: none), or None to ask again next step:
@@ -80,14 +82,18 @@ class Lookups:
         pending = False
         for boundary in range(last, complete_end, -step):
             missed = waiting = False
+            keys = []
             for shape in self.shapes:
-                result = self.manager.lookup(state.chunk_key(shape, boundary))
+                keys.append(state.chunk_key(shape, boundary))
+                result = self.manager.lookup(keys[-1])
                 if result is LookupResult.MISS:
                     missed = True
                     break
                 waiting |= result is LookupResult.HIT_PENDING
             pending |= waiting
             if not missed and not waiting:
+                for shape, key in zip(self.shapes, keys, strict=True):
+                    self.events.record_partial(request, shape, boundary, key, lookup=True)
                 state.partial_tail_boundary = boundary
                 return boundary - num_local
         return None if pending and complete == 0 else complete
@@ -123,7 +129,7 @@ class Lookups:
                 end = min(_cdiv(max_hit, per_chunk), len(group.keys))
                 keys = group.keys[start:end]
                 if shape.window is None:
-                    found = self._prefix_hits(keys)
+                    found = self._prefix_hits(state, shape, start, keys)
                 else:
                     first = load_window(shape.spec, shape.window, per_chunk,
                                         min(max_hit, end * per_chunk))
@@ -167,14 +173,19 @@ class Lookups:
                 return True
         return False
 
-    def _prefix_hits(self, keys: list[OffloadKey]) -> int | None:
-        """Chunks found from the start of `keys` (None: one of them is still being written)."""
+    def _prefix_hits(self, state: RequestOffload, shape: GroupShape, start: int,
+                     keys: list[OffloadKey]) -> int | None:
+        """Chunks found from the start of `keys` (chunks `start`... of `shape`; None: one of
+        them is still being written). Each hit may snapshot its self-describing payload."""
         found = 0
         deferred = False
-        for key in keys:
+        for chunk, key in enumerate(keys, start):
             result = self.manager.lookup(key)
             if result is LookupResult.MISS:
                 break
-            deferred |= result is LookupResult.HIT_PENDING
+            if result is LookupResult.HIT:
+                self.events.record_lookup(state.request, shape, chunk, key)
+            else:
+                deferred = True
             found += 1
         return None if deferred else found

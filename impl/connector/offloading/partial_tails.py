@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from impl.connector.offloading.events import ConnectorEvents
 from impl.connector.offloading.job_book import JobBook
 from impl.connector.offloading.jobs import GPUBlocks, JobStatus, TransferJob
 from impl.connector.offloading.request_state import GroupShape
@@ -62,6 +63,7 @@ def partial_tail_tokens(shapes: tuple[GroupShape, ...], blocks_per_chunk: int,
 class PartialTails(JobBook):
     shapes: tuple[GroupShape, ...]
     partial_tail_tokens: int
+    events: ConnectorEvents
 
     def _partial_tail_store_jobs(self, output: SchedulerOutput) -> dict[int, TransferJob]:
         """One store job per request that offered a partial tail this step (see the module
@@ -95,6 +97,9 @@ class PartialTails(JobBook):
             if plan is None or not plan.keys:
                 continue
             accepted = [keys.index(key) for key in plan.keys]
+            for shape, key in zip(self.shapes, keys, strict=True):
+                if key in plan.keys:
+                    self.events.record_partial(request, shape, boundary, key, lookup=False)
             sizes = [0] * len(self.shapes)
             starts = [0] * len(self.shapes)
             for group_index in accepted:

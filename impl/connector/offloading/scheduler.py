@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
-from impl.connector.offloading.events import kv_events
+from impl.connector.offloading.events import ConnectorEvents
 from impl.connector.offloading.jobs import (
     GPUBlocks,
     JobStatus,
@@ -125,6 +125,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
             settings.num_cpu_chunks, settings.eviction_policy, enable_events=enable_events,
             store_threshold=settings.store_threshold,
             max_tracker_size=settings.max_tracker_size, behaviour=behaviour)
+        self.events = ConnectorEvents(settings.self_describing_kv_events and enable_events)
         self.requests: dict[str, RequestOffload] = {}
         super().__init__(enable_prefix_caching)
 
@@ -249,7 +250,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         return meta
 
     def take_events(self) -> list[KVCacheEvent]:
-        return kv_events(self.manager.take_events())
+        return self.events.kv_events(self.manager.take_events())
 
     def reset_cache(self) -> None:
         """Forget every chunk: jobs in flight are flushed and their reports ignored, finished
@@ -271,6 +272,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
                     self.manager.on_request_finished(state.context)
                 del self.requests[req_id]
         self.manager.reset_cache()
+        self.events.reset()
         for state in self.requests.values():
             for group in state.groups:
                 group.next_stored_chunk = 0

@@ -26,6 +26,7 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from impl.behaviour import Behaviour
+from impl.connector.offloading.events import ConnectorEvents
 from impl.connector.offloading.job_book import JobBook
 from impl.connector.offloading.jobs import GPUBlocks, JobStatus, TransferJob
 from impl.connector.offloading.keys import OffloadKey
@@ -48,6 +49,7 @@ class StoreOffers(JobBook):
     retention_interval: int | None
     alignment_tokens: int | None
     behaviour: Behaviour
+    events: ConnectorEvents
 
     def _store_jobs(self, output: SchedulerOutput) -> dict[int, TransferJob]:
         jobs: dict[int, TransferJob] = {}
@@ -97,6 +99,7 @@ class StoreOffers(JobBook):
                 for chunk, key in enumerate(group.keys[start:end], start):
                     if key not in to_store:
                         continue
+                    self.events.record_store(request, shape, chunk, key)
                     for index in range(chunk * per_chunk, (chunk + 1) * per_chunk):
                         if group.block_ids[index] == 0:
                             continue
