@@ -126,5 +126,34 @@ def test_a_partial_tail_is_described_from_its_blocks_start_to_the_boundary() -> 
                                                 tuple(range(18, 24)), 2, "ad", 0)
     events.record_partial(make_request("b", range(10, 30), 2), shape, 14, key, lookup=True)
     assert events.payloads[key].lora_name == "ad"  # a hit keeps the payload it finds
+    events.record_partial(make_request("b", range(10, 30), 2), shape, 14, key, lookup=False)
+    assert events.payloads[key].lora_name is None  # a store snapshots anew
     events.reset()
     assert events.payloads == {}
+    events.record_partial(request, shape, 14, key, lookup=True)  # a hit with none kept
+    assert events.payloads[key].token_ids == tuple(range(18, 24))
+
+
+def test_a_partial_tail_in_the_first_block_has_no_parent() -> None:
+    shape = GroupShape(0, 8, 8, 4, FullAttentionSpec(8))
+    request = make_request("a", range(10, 30), 2)
+    events = ConnectorEvents(True)
+    key = offload_key(request.block_hashes[2], 0)
+    events.record_partial(request, shape, 6, key, lookup=False)
+    assert events.payloads[key] == ChunkPayload(tuple(request.block_hashes[:3]), None,
+                                                (10, 11, 12, 13, 14, 15), 2, None, 0)
+
+
+def test_hashed_every_token_a_tail_starts_at_its_own_block() -> None:
+    """Blocks of 8 hashed every token: a tail at 9 or at 15 lies in the block from 8 (not
+    the one before it, nor the next)."""
+    shape = GroupShape(0, 8, 8, 8, FullAttentionSpec(8))
+    request = make_request("a", range(10, 30), 1)
+    fine = request.block_hashes
+    events = ConnectorEvents(True)
+    for boundary in (9, 15):
+        key = offload_key(fine[boundary - 1], 0)
+        events.record_partial(request, shape, boundary, key, lookup=False)
+        payload = events.payloads[key]
+        assert (payload.block_hashes, payload.parent_block_hash, payload.token_ids) == (
+            tuple(fine[8:boundary]), fine[7], tuple(range(18, 10 + boundary)))

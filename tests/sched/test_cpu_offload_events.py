@@ -139,6 +139,17 @@ def test_sub_block_keys_carry_their_own_payloads() -> None:
         BlockStored((fine[2],), None, (), 0, None, 0, medium="CPU")]
 
 
+def test_the_first_blocks_sub_block_key_has_no_parent() -> None:
+    """Block 0 (tokens 0..7, keyed by the hash at 8) carries the key at 4: the first hash
+    block of the prompt, parented on nothing."""
+    request = make_request("a", range(10, 30), 4)
+    fine = request.block_hashes
+    assert capture_block_meta(request, 0, fine[1], [fine[1], fine[3]], 8, 4) == {
+        fine[1]: StoredBlockMeta(tuple(range(10, 18)), None, None),
+        fine[0]: StoredBlockMeta((10, 11, 12, 13), None, None, 4),
+    }
+
+
 def test_a_payload_of_another_size_is_sent_empty_but_keeps_its_lora() -> None:
     request = make_request("a", range(10, 30), 4, lora_name="ad")
     source = KVCacheBlock(5)

@@ -11,6 +11,7 @@ import pytest
 
 from impl.connector.offload_lazy import lazy_target_blocks
 from impl.connector.types import KVConnectorOutput, OffloadSettings
+from impl.core.events import BlockStored
 from impl.core.mamba_boundaries import BoundaryState
 from impl.core.specs import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from impl.sched.config import SchedulerConfig
@@ -161,3 +162,57 @@ def test_the_finish_looks_for_the_tail_key_at_the_prompts_last_hash_boundary() -
         report, gpu, _ = run_done(scheduler, report)
         stored.append(gpu)
     assert stored == [[2], [1], [5], [], []]
+
+
+@pytest.mark.parametrize(("num_cpu_blocks", "stored"), [(2, [4]), (3, [4, 8])])
+def test_states_offered_together_are_stored_while_the_cpu_pool_has_room(
+        num_cpu_blocks: int, stored: list[int]) -> None:
+    """a and b prefill 12 tokens each in one step and both key their state at 12 (blocks 4
+    and 8): a CPU pool with one free block stores a's alone (b's offer is dropped, not
+    retried), one with two stores both, in offer order."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=BLOCK,
+                             kv_connector=OffloadSettings(num_cpu_blocks, False, "fail"))
+    scheduler = Scheduler(config, layout(16), none_hash=NONE_HASH, log_stats=True)
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    scheduler.add_request(make_request("b", range(50, 63), BLOCK, max_tokens=1))
+    output, meta = run_step(scheduler)
+    assert output.boundary_states == [BoundaryState("a", 1, 4, 12), BoundaryState("b", 1, 8, 12)]
+    assert (meta.store_gpu_blocks, meta.store_cpu_blocks) == (stored, [1, 2][:len(stored)])
+
+
+def test_a_mamba_group_listed_first_does_not_hide_the_attention_blocks_after_it() -> None:
+    """The layout in the other order (mamba, then full attention): the state at 12 (block 1)
+    goes at once, the attention blocks 2..4 a step later, as in the usual order."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=BLOCK, kv_connector=OffloadSettings(32, False, "fail"))
+    scheduler = Scheduler(config, KVCacheConfig(9, (
+        KVCacheGroupSpec(("mamba",), MambaSpec(BLOCK, mamba_cache_mode="align")),
+        KVCacheGroupSpec(("full",), FullAttentionSpec(BLOCK)))),
+        none_hash=NONE_HASH, log_stats=True)
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    done, gpu, cpu = run_done(scheduler, None)
+    assert (gpu, cpu) == ([1], [1])
+    assert run_done(scheduler, done)[1:] == ([2, 3, 4], [2, 3, 4])
+
+
+def test_a_finishing_requests_tail_block_is_announced_by_its_keys_alone() -> None:
+    """With KV events on, a's full-attention block holding its prompt's tail at 12 (never
+    full, stored as a finishes) is announced on the CPU by the key it carries, without a
+    payload (nothing was captured: it is keyed by its block when the copy completes)."""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=8, hash_block_size=4, enable_kv_cache_events=True,
+                             kv_connector=OffloadSettings(32, False, "fail"))
+    scheduler = Scheduler(config, KVCacheConfig(11, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(8)),
+        KVCacheGroupSpec(("mamba",), MambaSpec(8, mamba_cache_mode="align")))),
+        none_hash=NONE_HASH, log_stats=True)
+    a = make_request("a", range(10, 25), 4, max_tokens=1)  # block 1 never fills
+    scheduler.add_request(a)
+    report = None
+    announced: list[BlockStored] = []
+    for _ in range(6):
+        report, _, _ = run_done(scheduler, report)
+        announced += [e for e in scheduler.take_events()
+                      if isinstance(e, BlockStored) and e.medium == "CPU" and e.group_id == 0]
+    assert BlockStored((a.block_hashes[2],), None, (), 8, None, 0, medium="CPU") in announced
