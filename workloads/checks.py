@@ -85,7 +85,7 @@ def build_workload(
         step_ms=head.step_ms,
         controls=check_controls(
             [(c.line, ControlSpec(c.record.step, c.record.action, c.record.preempt_running,
-                                  c.record.mode, _reset_connector(c, config, source)))
+                                  c.record.mode, c.record.reset_connector))
              for c in controls or ()],
             lambda line, field, problem: WorkloadError(source, line, field, problem)),
         pd_pair=pd_pair_of(head.pd_pair),
@@ -94,18 +94,6 @@ def build_workload(
         check_pd_pair(workload, lambda line, field, problem: WorkloadError(
             source, line, field, problem), {r: item.line for r, item in built.items()})
     return workload
-
-
-def _reset_connector(control: Located[ControlModel], config: EngineConfig,
-                     source: str | Path) -> bool:
-    """A control's `reset_connector`, refused where the twin does not model the reset."""
-    connector = config.kv_connector
-    if control.record.reset_connector and connector is not None and \
-            connector.type == "simple_cpu_offload":
-        raise WorkloadError(source, control.line, "reset_connector", "the simple_cpu_offload "
-                            "connector's reset (transfers in flight abandoned) is not modelled "
-                            "yet; reset the prefix cache alone")
-    return control.record.reset_connector
 
 
 def _request(

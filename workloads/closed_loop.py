@@ -95,7 +95,7 @@ def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | Mul
                              model.load_failure_policy, model.load_latency_steps,
                              model.store_latency_steps,
                              tuple(LoadFailure(f.load_event, f.block_index)
-                                   for f in model.load_failures))
+                                   for f in model.load_failures), backend=model.backend)
 
 
 class _Chain:

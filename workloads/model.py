@@ -114,8 +114,10 @@ class KVConnectorConfig:
 
     `type` "simple_cpu_offload": upstream's SimpleCPUOffloadConnector, a CPU tier of
     `num_cpu_blocks` blocks; `load_failures` plans broken blocks; `lazy_offload`: store blocks
-    only as they near eviction; `load_failure_policy`: `fail` (upstream's default) errors the
-    request, `recompute` recomputes from the first broken block.
+    only as they near eviction; `backend` `disk`: the copies live on disk (upstream's
+    `kv_offload_backend`; the scheduler side then reports medium STORAGE and disk hits);
+    `load_failure_policy`: `fail` (upstream's default) errors the request, `recompute`
+    recomputes from the first broken block.
 
     `type` "offloading": upstream's OffloadingConnector (`--kv-offloading-size`) with its CPU
     backend, `num_cpu_chunks` chunks of `offloaded_block_size` tokens (None: the GPU block
@@ -157,6 +159,7 @@ class KVConnectorConfig:
     bidirectional: bool = False
     recompute_threshold: int = 64
     connectors: tuple[KVConnectorConfig, ...] = ()  # type "multi": its connectors, in order
+    backend: Literal["cpu", "disk"] = "cpu"  # type "simple_cpu_offload": where copies live
 
     def part(self, kind: str) -> KVConnectorConfig | None:
         """This connector if it is of type `kind`, or a MultiConnector's connector of that
@@ -189,6 +192,7 @@ class KVConnectorConfig:
                        if self.self_describing_kv_events else {}), **latency}
         return {"type": self.type, "num_cpu_blocks": self.num_cpu_blocks,
                 "lazy_offload": self.lazy_offload,
+                **({"backend": "disk"} if self.backend == "disk" else {}),
                 "load_failure_policy": self.load_failure_policy, **latency,
                 **({"load_failures": [f.to_dict() for f in self.load_failures]}
                    if self.load_failures else {})}

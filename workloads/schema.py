@@ -82,6 +82,7 @@ class KVConnectorModel(_Strict):
     type: Literal["simple_cpu_offload"]
     num_cpu_blocks: PosInt
     lazy_offload: bool = False
+    backend: Literal["cpu", "disk"] = "cpu"
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     load_latency_steps: NonNegInt = 1
     store_latency_steps: NonNegInt = 1

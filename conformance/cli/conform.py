@@ -69,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     conform.add_argument("--offload", choices=OFFLOAD_MODES, default=None,
                          help="turn a CPU offload tier on for every workload, with the GPU "
                               "pool cut to an eighth so prefixes come back from the CPU: "
-                              "SimpleCPUOffloadConnector (eager | lazy) or the "
+                              "SimpleCPUOffloadConnector (eager | lazy, the latter on its "
+                              "disk backend) or the "
                               "OffloadingConnector (offloading: LRU, 2-block chunks; "
                               "offloading-arc: ARC, self-describing KV events); pd: the NIXL "
                               "prefill/decode connector, "

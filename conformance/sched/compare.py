@@ -112,15 +112,19 @@ class Comparer:
                 return None
             return self._diverge(present["step"], "ended", a is None, b is None, a, b,
                                  left, right, ())
-        fields = SCHEDULE_FIELDS if self.level == "schedule" else tuple(a)
+        # Fields written only when present (a connector's, an encoder's) may be on one side.
+        fields = SCHEDULE_FIELDS if self.level == "schedule" else (
+            tuple(a) if a.keys() == b.keys() else (*a, *(k for k in b if k not in a)))
         for name in fields:
             renamed = self.level == "renamed" and name in BLOCK_ID_FIELDS
-            if not renamed and a[name] == b[name]:
+            x, y = a.get(name, ABSENT), b.get(name, ABSENT)
+            if not renamed and x == y:
                 continue  # the common case, decided in C
-            if name in FREE_QUEUE_FIELDS and (
-                    self.level != "exact" or a[name] is None or b[name] is None):
+            if name in FREE_QUEUE_FIELDS and (self.level != "exact" or x is None or y is None):
                 continue
-            found = self._diff(a[name], b[name], (name,), renamed)
+            if x is ABSENT or y is ABSENT:
+                return self._diverge(a["step"], name, x, y, a, b, left, right, ())
+            found = self._diff(x, y, (name,), renamed)
             if found is not None:
                 parts, x, y = found
                 involved = _involved(parts, a[name], b[name])

@@ -328,6 +328,7 @@ class Driver:
             num_running=len(after.running),
             num_waiting=len(after.waiting),
             prefix_cache=None if update is None else update.prefix_cache,
+            connector_prefix_cache=None if update is None else update.connector_prefix_cache,
             events=events,
             scheduler_stats=None if update is None else update.scheduler_stats,
             free_head=after.free_head,

@@ -1,5 +1,6 @@
 """The default suite with a KV connector on (issue 11's gate): every suite workload with
-upstream's SimpleCPUOffloadConnector, eager or lazy, or with its OffloadingConnector
+upstream's SimpleCPUOffloadConnector, eager or lazy (lazy on its disk backend, so the tier's
+events say STORAGE and its hits count as disk), or with its OffloadingConnector
 (`offloading`: LRU, chunks of two GPU blocks; `offloading-arc`: ARC, one block per chunk,
 self-describing KV events), on
 a GPU pool cut to an eighth (never below what its longest request needs) so prefixes leave
@@ -42,6 +43,7 @@ NOT_OFFLOADED: dict[str, str] = {
                          "CPU tier, which upstream refuses by raising (and the twin alike)",
     "pd-disaggregation": "runs the NIXL P/D connector already (one connector per engine)",
     "offloading-resets": "runs the OffloadingConnector already",
+    "offload-resets": "runs the CPU offload tier already",
     "offloading-limits": "runs the OffloadingConnector already (its requests' caps are "
                          "read by it alone)",
     "offloading-limits-mamba": "runs the OffloadingConnector already (its requests' caps are "
@@ -163,7 +165,8 @@ def with_offload(workload: Workload, mode: str, latency_steps: int = 1,
         if mode.startswith("offloading")
         else KVConnectorConfig(num_cpu_blocks=2 * config.num_blocks, lazy_offload=mode == "lazy",
                                load_latency_steps=latency_steps,
-                               store_latency_steps=latency_steps))
+                               store_latency_steps=latency_steps,
+                               backend="disk" if mode == "lazy" else "cpu"))
     if mode.startswith("pd"):
         requests = with_pd_roles(workload)
     return replace(workload, name=f"{workload.name}+offload-{mode}", requests=requests,

@@ -99,6 +99,8 @@ class StepRecord:
     num_waiting: int
     prefix_cache: CacheStats | None
     events: tuple[CacheEvent, ...] = ()
+    # Beside a KV connector: its lookups, hits and their sources (None without one).
+    connector_prefix_cache: CacheStats | None = None
     scheduler_stats: SchedulerStats | None = None
     free_head: tuple[int, ...] | None = None
     cached_digest: str | None = None
@@ -162,14 +164,9 @@ class StepRecord:
                        "empty": self.blocks.empty},
             "num_running": self.num_running,
             "num_waiting": self.num_waiting,
-            "prefix_cache": None if self.prefix_cache is None else {
-                "requests": self.prefix_cache.requests, "queries": self.prefix_cache.queries,
-                "hits": self.prefix_cache.hits,
-                "preempted_requests": self.prefix_cache.preempted_requests,
-                "preempted_queries": self.prefix_cache.preempted_queries,
-                "preempted_hits": self.prefix_cache.preempted_hits,
-                **({"reset": True} if self.prefix_cache.reset else {}),
-            },
+            "prefix_cache": _cache_json(self.prefix_cache),
+            **({} if self.connector_prefix_cache is None
+               else {"connector_prefix_cache": _cache_json(self.connector_prefix_cache)}),
             "events": [_event_json(e) for e in self.events],
             "scheduler_stats": None if self.scheduler_stats is None
             else stats_json(self.scheduler_stats),
@@ -216,7 +213,9 @@ class StepRecord:
             blocks=BlockCounts(**data["blocks"]),
             num_running=data["num_running"],
             num_waiting=data["num_waiting"],
-            prefix_cache=None if pc is None else CacheStats(**pc),
+            prefix_cache=None if pc is None else _cache_of(pc),
+            connector_prefix_cache=None if data.get("connector_prefix_cache") is None
+            else _cache_of(data["connector_prefix_cache"]),
             events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
                                     e["parent_hash"], e["num_tokens"],
                                     tuple(e.get("token_ids", ())), e.get("block_size", 0),
@@ -233,6 +232,24 @@ class StepRecord:
             replay_starts=tuple(data.get("replay_starts", {}).items()),
             block_copies=tuple((s, d) for s, d in data.get("block_copies", ())),
         )
+
+
+def _cache_json(stats: CacheStats | None) -> dict[str, Any] | None:
+    """Prefix-cache stats in JSON; a reset and the hits by source only when there are any."""
+    if stats is None:
+        return None
+    return {"requests": stats.requests, "queries": stats.queries, "hits": stats.hits,
+            "preempted_requests": stats.preempted_requests,
+            "preempted_queries": stats.preempted_queries,
+            "preempted_hits": stats.preempted_hits,
+            **({"reset": True} if stats.reset else {}),
+            **({"hits_by_source": dict(stats.hits_by_source)} if stats.hits_by_source else {})}
+
+
+def _cache_of(data: dict[str, Any]) -> CacheStats:
+    by_source = tuple(sorted(data.get("hits_by_source", {}).items()))
+    return CacheStats(**{k: v for k, v in data.items() if k != "hits_by_source"},
+                      hits_by_source=by_source)
 
 
 def stats_json(stats: SchedulerStats) -> dict[str, Any]:

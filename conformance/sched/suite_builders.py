@@ -54,19 +54,20 @@ def pd_pair_hybrid() -> Workload:
                         decode_num_blocks=2 * workload.pd_pair.decode_num_blocks))
 
 
-def offloading_resets() -> Workload:
-    """multi-turn with the OffloadingConnector on a cut GPU pool (the offload suite's
-    `offloading` mode) and an operator's reset of the prefix cache and the connector's cache
-    a third and two thirds of the way through the arrivals: the first comes while requests
-    run (the prefix reset is refused, the connector forgets every chunk and ignores its jobs'
-    late reports), the second between conversations' turns."""
+def connector_resets(mode: str, name: str, steps: tuple[int, ...] | None = None) -> Workload:
+    """multi-turn with a connector on a cut GPU pool (the offload suite's `mode`) and an
+    operator's reset of the prefix cache and the connector's cache at `steps` (None: a third
+    and two thirds of the way through the arrivals, the first while requests run, the second
+    between conversations' turns). The prefix reset is refused while requests run; the
+    OffloadingConnector forgets every chunk and ignores its jobs' late reports, the CPU tier
+    abandons its transfers in flight and keeps its copies until they land."""
     from conformance.sched.offload_suite import with_offload
 
-    workload = with_offload(load("multi-turn"), "offloading")
+    workload = with_offload(load("multi-turn"), mode)
     last = max(r.arrival_step for r in workload.requests)
     resets = tuple(ControlSpec(step, "reset_prefix_cache", reset_connector=True)
-                   for step in (last // 3, 2 * last // 3))
-    return replace(workload, name="offloading-resets",
+                   for step in steps or (last // 3, 2 * last // 3))
+    return replace(workload, name=name,
                    description=f"{workload.description}; two prefix-cache and connector resets",
                    controls=resets)
 

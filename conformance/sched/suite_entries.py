@@ -355,7 +355,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
     SuiteEntry("offloading-resets", "the OffloadingConnector reset by an operator with the "
                "prefix cache (reset_connector): chunks forgotten, jobs in flight flushed and "
                "their late reports ignored, requests offering their chunks again",
-               suite_builders.offloading_resets),
+               lambda: suite_builders.connector_resets("offloading", "offloading-resets")),
+    # Step 54: a load and a store issued in step 53 are in flight (the tier refuses, both are
+    # abandoned and land in that step); step 125: nothing in flight, the CPU pool is emptied
+    # (checked on the run's trace).
+    SuiteEntry("offload-resets", "the CPU offload tier (eager) reset by an operator with the "
+               "prefix cache while a load and a store are in flight: both abandoned (their "
+               "completions only drop pins), the CPU pool kept until they land, running "
+               "requests storing nothing more", lambda: suite_builders.connector_resets(
+                   "eager", "offload-resets", steps=(54, 125))),
     SuiteEntry("offloading-limits", "requests' own caps on the OffloadingConnector "
                "(max_load_tokens, max_offload_tokens; ARC, chunks of a block) beside a sliding "
                "window: loads cut short of the CPU tier's hit and to whole chunks, stores "

@@ -14,7 +14,9 @@ upstream walks that set to free pins and a plain set's order would depend on str
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from conformance.systems.protocol import BlockCounts
@@ -28,7 +30,7 @@ from conformance.systems.transfer_records import (
     Transfers,
 )
 from vtwin.errors import UserError
-from workloads.model import EngineConfig
+from workloads.model import EngineConfig, KVConnectorConfig
 
 
 def connector_parts(meta: Any) -> tuple[Any, ...]:
@@ -211,7 +213,7 @@ def offload_settings(config: EngineConfig) -> Any:
                                   c.eviction_policy, c.store_threshold,
                                   offload_prompt_only=c.offload_prompt_only,
                                   self_describing_kv_events=c.self_describing_kv_events)
-    return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy)
+    return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy, c.backend)
 
 
 def blocks_per_chunk(config: EngineConfig) -> int:
@@ -256,8 +258,17 @@ def upstream_transfer_config(config: EngineConfig,
     return KVTransferConfig(
         kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
         kv_connector_extra_config={"cpu_bytes_to_use": c.num_cpu_blocks,
-                                   "lazy_offload": c.lazy_offload},
+                                   "lazy_offload": c.lazy_offload, **_disk_extra(c)},
         kv_load_failure_policy=c.load_failure_policy)
+
+
+def _disk_extra(c: KVConnectorConfig) -> dict[str, Any]:
+    """The disk backend's keys: its pool sized by the disk budget (one byte per block, as the
+    CPU budget). The scheduler side never opens `disk_path` (the worker writes there)."""
+    if c.backend != "disk":
+        return {}
+    return {"kv_offload_backend": "disk", "disk_capacity_bytes": c.num_cpu_blocks,
+            "disk_path": str(Path(tempfile.gettempdir()) / "vtwin-disk-tier")}
 
 
 def _offloading_extra(config: EngineConfig) -> dict[str, Any]:

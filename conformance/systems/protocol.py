@@ -147,6 +147,9 @@ class CacheStats:
     preempted_queries: int
     preempted_hits: int
     reset: bool = False  # the prefix cache was reset since the previous stats
+    # A connector's: its hits split by the tier that supplied them (source name, tokens),
+    # sorted by name; empty for the local prefix cache.
+    hits_by_source: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,8 @@ class Update:
     outputs: tuple[TokenOutput, ...]
     prefix_cache: CacheStats | None
     scheduler_stats: SchedulerStats | None = None
+    # Beside a KV connector, its lookups (the external prefix cache's; None without one).
+    connector_prefix_cache: CacheStats | None = None
 
 
 @dataclass(frozen=True, slots=True)

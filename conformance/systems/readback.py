@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.systems.protocol import Scheduled, SpecDecodingCounts, SpecMetrics
+from conformance.systems.protocol import CacheStats, Scheduled, SpecDecodingCounts, SpecMetrics
 from conformance.systems.transfer_records import BlockIds
 
 
@@ -46,6 +46,19 @@ def external_hash(value: bytes | int) -> str:
     if isinstance(value, bytes):
         value = int.from_bytes(value, "big")
     return f"{value & ((1 << 64) - 1):016x}"
+
+
+def cache_stats(stats: Any) -> CacheStats | None:
+    """A prefix-cache stats object (impl's or upstream's `PrefixCacheStats`) as the record; a
+    connector's hits split by source are keyed by the source's name (both sides' enums are
+    strings)."""
+    if stats is None:
+        return None
+    by_source = getattr(stats, "hits_by_source", None) or {}
+    return CacheStats(stats.requests, stats.queries, stats.hits, stats.preempted_requests,
+                      stats.preempted_queries, stats.preempted_hits, bool(stats.reset),
+                      tuple(sorted((str(getattr(source, "value", source)), count)
+                                   for source, count in by_source.items())))
 
 
 def spec_counts(stats: Any) -> SpecDecodingCounts | None:

@@ -30,7 +30,6 @@ from conformance.systems.protocol import (
     BlockCounts,
     CachedRequest,
     CacheEvent,
-    CacheStats,
     EncoderCacheCounts,
     NewRequest,
     RunnerOutput,
@@ -44,6 +43,7 @@ from conformance.systems.readback import (
     block_hashes_of,
     block_ids,
     block_tables_of,
+    cache_stats,
     external_hash,
     grammar_rows,
     request_spec_metrics,
@@ -300,13 +300,10 @@ class ImplSystem:
         made = self.scheduler.make_stats()
         if made is None:  # stats off
             return Update(outputs, None, None)
-        s = made.prefix_cache_stats
-        stats = None if s is None else CacheStats(s.requests, s.queries, s.hits,
-                                                  s.preempted_requests, s.preempted_queries,
-                                                  s.preempted_hits, s.reset)
-        return Update(outputs, stats, SchedulerStats(
+        return Update(outputs, cache_stats(made.prefix_cache_stats), SchedulerStats(
             made.num_running_reqs, made.num_waiting_reqs, made.kv_cache_usage,
-            made.num_skipped_waiting_reqs, spec_counts(made.spec_decoding_stats)))
+            made.num_skipped_waiting_reqs, spec_counts(made.spec_decoding_stats)),
+            cache_stats(made.connector_prefix_cache_stats))
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
         from impl.sched.output import DraftTokenIds

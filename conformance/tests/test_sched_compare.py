@@ -158,6 +158,24 @@ def test_records_round_trip_through_json() -> None:
     assert StepRecord.from_json(r.to_json()) == r
 
 
+def test_connector_stats_round_trip_and_are_compared_only_when_present() -> None:
+    """Beside a connector the record carries its lookups and hits by source (a dashboard's
+    external prefix-cache hit rate per tier); without one it writes no key, so older traces
+    keep their bytes."""
+    plain = record(1)
+    assert "connector_prefix_cache" not in plain.to_json()
+    with_connector = replace(plain, connector_prefix_cache=CacheStats(
+        1, 13, 12, 0, 0, 0, hits_by_source=(("external_unspecified", 4), ("host", 8))))
+    assert StepRecord.from_json(with_connector.to_json()) == with_connector
+    disk = replace(with_connector, connector_prefix_cache=CacheStats(
+        1, 13, 12, 0, 0, 0, hits_by_source=(("disk", 8), ("external_unspecified", 4))))
+    found = first([with_connector], [disk], "exact")
+    assert (found.field, found.left, found.right) == (
+        "connector_prefix_cache.hits_by_source.host", 8, "<absent>")
+    found = first([with_connector], [plain], "exact")
+    assert (found.field, found.right) == ("connector_prefix_cache", "<absent>")
+
+
 def test_unknown_level_is_a_one_line_user_error() -> None:
     with pytest.raises(UserError, match="unknown level 'fuzzy'"):
         check_level("fuzzy")

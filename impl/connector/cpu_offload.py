@@ -15,6 +15,9 @@ hashes. Two flows cross it:
   CPU destination; when the worker reports the store event done, the CPU block takes the GPU
   block's hash (it becomes findable) and both pins drop, so the CPU copy joins the CPU LRU.
 
+An operator's reset of the tier abandons the transfers in flight and empties the CPU pool's
+prefix cache once nothing is abandoned (`impl.connector.offload_reset`).
+
 With KV events on, the tier announces its copies (stored when a store completes, removed when
 the CPU pool evicts one) with medium "CPU" (`impl.connector.offload_events`).
 
@@ -24,12 +27,12 @@ cover the connector's bookkeeping too: `check_integrity` here adds the holders i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
-from impl.connector.offload_events import on_cpu
+from impl.connector.offload_events import on_tier
 from impl.connector.offload_lazy import lazy_target_blocks
+from impl.connector.offload_reset import OffloadTransfers
 from impl.connector.offload_state import (
     CPUHit,
     LoadState,
@@ -38,11 +41,11 @@ from impl.connector.offload_state import (
     free_hit,
     hit_view,
 )
-from impl.connector.offload_stores import OffloadStores
 from impl.connector.types import NO_EVENT, KVConnectorOutput, OffloadMetadata, OffloadSettings
 from impl.core.block_pool import BlockPool
 from impl.core.coordinator import get_kv_cache_coordinator
 from impl.core.kv_cache_manager import KVCacheBlocks
+from impl.core.prefix_stats import CacheHitSource, single_source
 from impl.core.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig
 from vtwin.errors import IntegrityError
 
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from impl.sched.request import Request
 
 
-class SimpleCPUOffloadScheduler(OffloadStores):
+class SimpleCPUOffloadScheduler(OffloadTransfers):
     completes_lagging_groups = False  # (`SchedulerConnector`)
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, max_num_batched_tokens: int,
@@ -61,6 +64,7 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         super().__init__()
         self.settings = settings
         self.enable_events = enable_events
+        self.medium = settings.medium
         # Attention chunk sizes of chunked-local groups (`offload_lookup_chunk_aligned`).
         self.chunk_sizes = tuple(g.kv_cache_spec.attention_chunk_size
                                  for g in kv_cache_config.kv_cache_groups
@@ -89,9 +93,6 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         self.lazy = settings.lazy_offload
         self.target_free = (lazy_target_blocks(kv_cache_config, max_num_batched_tokens)
                             if self.lazy else 0)
-        self.reqs_to_load: dict[str, LoadState] = {}
-        self.load_event_to_reqs: dict[int, list[str]] = {}
-        self.pending_hits: dict[str, CPUHit] = {}
         self.load_event_counter = 0
 
     # -- loads ------------------------------------------------------------------------------
@@ -223,25 +224,6 @@ class SimpleCPUOffloadScheduler(OffloadStores):
                     self.cleanup_store_request(req_id)
         return False, None
 
-    def cleanup_load(self, req_id: str) -> None:
-        state = self.reqs_to_load.pop(req_id, None)
-        if state is None:
-            return
-        if state.load_event is not None:
-            reqs = self.load_event_to_reqs.get(state.load_event)
-            if reqs is not None:
-                if req_id in reqs:
-                    reqs.remove(req_id)
-                if not reqs:
-                    del self.load_event_to_reqs[state.load_event]
-        self.release(state.transfer)
-
-    def release(self, transfer: Transfer) -> None:
-        """Drop a transfer's pins on both tiers, CPU first, in transfer order."""
-        cpu, gpu = self.cpu_block_pool, self.gpu_pool
-        cpu.free_blocks([cpu.blocks[i] for i in transfer.cpu_block_ids])
-        gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
-
     # -- state ------------------------------------------------------------------------------
     def on_new_request(self, request: Request) -> None:
         """Nothing to do: the tier keeps no state for a request before its lookup."""
@@ -250,26 +232,18 @@ class SimpleCPUOffloadScheduler(OffloadStores):
         """The CPU pool's (active, cached, empty) blocks."""
         return self.cpu_block_pool.count_states()
 
-    def loading_finished(self) -> set[str]:
-        """Finished requests whose load is still in flight."""
-        return {rid for rid, state in self.reqs_to_load.items() if state.finished}
-
     def take_events(self) -> list[KVCacheEvent]:
         """The tier's KV events since the last call, in order (`offload_events`)."""
-        return on_cpu(self.cpu_block_pool.take_events())
+        return on_tier(self.cpu_block_pool.take_events(), self.medium)
 
-    def reset_cache(self) -> bool | None:
-        """Upstream's reset abandons transfers in flight (their completions release pins
-        without caching): not twinned, so refused here as the workload format refuses it."""
-        raise NotImplementedError("reset_connector with the CPU offload tier is not modelled")
-
-    def has_pending_stores(self) -> bool:
-        return bool(self.pending_finished_stores or self.store_event_to_blocks)
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[CacheHitSource, int]:
+        return single_source(self.settings.hit_source, num_external_tokens)
 
     def gpu_pins(self) -> dict[int, int]:
         """GPU block id -> references the connector holds on it (loads and stores)."""
         pins: dict[int, int] = {}
-        for transfer in self._transfers():
+        for transfer in self.transfers():
             for block_id in transfer.gpu_block_ids:
                 pins[block_id] = pins.get(block_id, 0) + 1
         return pins
@@ -277,7 +251,7 @@ class SimpleCPUOffloadScheduler(OffloadStores):
     def cpu_pins(self) -> dict[int, int]:
         """CPU block id -> references: transfers in flight and pending hits."""
         pins: dict[int, int] = {}
-        for transfer in self._transfers():
+        for transfer in self.transfers():
             for block_id in transfer.cpu_block_ids:
                 pins[block_id] = pins.get(block_id, 0) + 1
         for hit in self.pending_hits.values():
@@ -287,26 +261,12 @@ class SimpleCPUOffloadScheduler(OffloadStores):
                         pins[block.block_id] = pins.get(block.block_id, 0) + 1
         return pins
 
-    def _transfers(self) -> Iterable[Transfer]:
-        yield from (state.transfer for state in self.reqs_to_load.values())
-        yield from self.store_event_to_blocks.values()
-        yield from self.pending_finished_stores
-
     def check_integrity(self) -> None:
         """The CPU pool's invariants with the connector's pins as its holders, and the
         bookkeeping's own: every sent load is listed under its event and vice versa, and the
         stores' states and events likewise (`check_store_integrity`)."""
         self.cpu_block_pool.check_integrity(self.cpu_pins())
-        for req_id, state in self.reqs_to_load.items():
-            if state.load_event is not None and req_id not in self.load_event_to_reqs.get(
-                    state.load_event, ()):
-                raise IntegrityError(f"offload: load of {req_id} missing from event "
-                                     f"{state.load_event}")
-        for event, reqs in self.load_event_to_reqs.items():
-            for req_id in reqs:
-                if self.reqs_to_load.get(req_id, None) is None:
-                    raise IntegrityError(f"offload: load event {event} lists {req_id}, "
-                                         "which has no load")
+        self.check_load_integrity()
         if self.store_event_counter and NO_EVENT in self.store_event_to_blocks:
             raise IntegrityError("offload: a store registered under no event")
         self.check_store_integrity()

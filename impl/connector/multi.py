@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from impl.connector.multi_metadata import MultiMetadata
 from impl.connector.types import FinishedTransfer, KVConnectorOutput
+from impl.core.prefix_stats import CacheHitSource, single_source
 
 if TYPE_CHECKING:
     from impl.connector.protocol import SchedulerConnector
@@ -70,6 +71,15 @@ class MultiConnectorScheduler:
         for index, connector in enumerate(self.connectors):
             connector.update_state_after_alloc(
                 request, blocks, num_external_tokens if index == owner else 0)
+
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[CacheHitSource, int]:
+        """The owner's split (a request nobody loads: all unspecified)."""
+        owner = self._owner.get(request.request_id)
+        if owner is None:
+            return single_source(CacheHitSource.EXTERNAL_UNSPECIFIED, num_external_tokens)
+        return self.connectors[owner].get_external_cache_hit_sources(request,
+                                                                     num_external_tokens)
 
     def build_connector_meta(self, output: SchedulerOutput) -> MultiMetadata:
         meta = MultiMetadata(tuple(c.build_connector_meta(output) for c in self.connectors),

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from impl.connector.nixl_metadata import NixlMetadata, PullOrder
 from impl.connector.types import FinishedTransfer, KVConnectorOutput
+from impl.core.prefix_stats import CacheHitSource, single_source
 from impl.core.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -245,6 +246,10 @@ class NixlConnectorScheduler:
         readbacks claimed again (never pulled)."""
         return {rid for rid, r in (*self._pulling.items(), *self._stranded.items())
                 if r.is_finished()} | self._awaiting_read
+
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[CacheHitSource, int]:
+        return single_source(CacheHitSource.P2P, num_external_tokens)  # read from the peer
 
     def reset_cache(self) -> None:
         """Nothing to forget: the connector caches no KV of its own."""

@@ -1,6 +1,7 @@
 """The CPU offload tier's own KV events: what a KV-aware router hears about the CPU copies.
 
-With KV events on, the tier announces its blocks with medium "CPU" beside the GPU pool's:
+With KV events on, the tier announces its blocks beside the GPU pool's, with its medium: "CPU"
+for host memory, "STORAGE" for the disk backend (`OffloadSettings.medium`):
 
 * **stored**, when a store event completes (the copy became findable), one event per key the
   copy takes: its GPU source's primary hash (block size: its group's) and each sub-block key
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from impl.sched.request import Request
-
-CPU = "CPU"
 
 BlockMeta = dict[BlockHash, "StoredBlockMeta"]
 """One stored block's payloads, by key (its primary hash and its sub-block keys)."""
@@ -73,30 +72,31 @@ def capture_block_meta(request: Request, index: int, primary: BlockHash,
 
 
 def stored_events(source: KVCacheBlock, metas: BlockMeta, group_block_sizes: Sequence[int],
-                  ) -> list[KVCacheEvent]:
+                  medium: str) -> list[KVCacheEvent]:
     """The stored events of one completed copy of GPU block `source` (hashed), from the
     payloads captured for it (none: empty payloads)."""
     assert source.block_hash is not None
     group = source.hash_group_id
     events: list[KVCacheEvent] = [
-        _stored(source.block_hash, metas.get(source.block_hash), group_block_sizes[group], group)]
+        _stored(source.block_hash, metas.get(source.block_hash), group_block_sizes[group], group,
+                medium)]
     for key in source.extra_hashes or ():
         meta = metas.get(key)
         size = meta.block_size if meta is not None and meta.block_size is not None else 0
-        events.append(_stored(key, meta, size, group))
+        events.append(_stored(key, meta, size, group, medium))
     return events
 
 
 def _stored(key: BlockHash, meta: StoredBlockMeta | None, block_size: int,
-            group: int) -> BlockStored:
+            group: int, medium: str) -> BlockStored:
     if meta is None or len(meta.token_ids) != block_size:
         return BlockStored((key,), None, (), block_size, None if meta is None
-                           else meta.lora_name, group, medium=CPU)
+                           else meta.lora_name, group, medium=medium)
     return BlockStored((key,), meta.parent_block_hash, meta.token_ids, block_size,
-                       meta.lora_name, group, medium=CPU)
+                       meta.lora_name, group, medium=medium)
 
 
-def on_cpu(events: Sequence[KVCacheEvent]) -> list[KVCacheEvent]:
-    """The CPU pool's queue as the tier announces it: its evictions re-labelled "CPU"."""
-    return [BlockRemoved(e.block_hashes, e.group_id, medium=CPU)
+def on_tier(events: Sequence[KVCacheEvent], medium: str) -> list[KVCacheEvent]:
+    """The CPU pool's queue as the tier announces it: its evictions re-labelled `medium`."""
+    return [BlockRemoved(e.block_hashes, e.group_id, medium=medium)
             if isinstance(e, BlockRemoved) else e for e in events]

@@ -39,6 +39,7 @@ class OffloadStores(LazyStores):
     hash_block_size: int
     lazy: bool
     enable_events: bool  # the tier's own KV events (`offload_events`)
+    medium: str  # their medium (`OffloadSettings.medium`)
 
     def __init__(self) -> None:
         self._gpu_pool: BlockPool | None = None
@@ -291,7 +292,8 @@ class OffloadStores(LazyStores):
                                 source.extra_hashes)
             if self.enable_events:
                 cpu.kv_event_queue.extend(stored_events(
-                    source, {} if metas is None else metas[index], self.group_block_sizes))
+                    source, {} if metas is None else metas[index], self.group_block_sizes,
+                    self.medium))
         cpu.free_blocks(cpu_blocks)
         gpu.free_blocks([gpu.blocks[i] for i in transfer.gpu_block_ids])
         if self.lazy:

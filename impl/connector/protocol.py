@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from impl.connector.types import FinishedTransfer, KVConnectorOutput, OffloadMetadata
     from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
+    from impl.core.prefix_stats import CacheHitSource
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
 
@@ -37,6 +38,11 @@ class SchedulerConnector(Protocol):
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None: ...
+
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[CacheHitSource, int]:
+        """The admitted request's `num_external_tokens` split by the tier each came from (asked
+        once its load is planned, for the connector's prefix-cache stats; no zero counts)."""
 
     def build_connector_meta(self, output: SchedulerOutput
                              ) -> (OffloadMetadata | OffloadingMetadata | NixlMetadata

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from impl.core.prefix_stats import CacheHitSource
+
 NO_EVENT = -1
 """An event index meaning "nothing of this kind this step"."""
 
 LOAD_FAILURE_POLICIES = ("fail", "recompute")
+OFFLOAD_BACKENDS = ("cpu", "disk")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +31,29 @@ class OffloadSettings:
     num_cpu_blocks: int
     lazy_offload: bool = False
     load_failure_policy: str = "fail"
+    backend: str = "cpu"
+    """Where the copies live: `cpu` (pinned host memory) or `disk` (upstream's
+    `kv_offload_backend="disk"`: the worker writes them to files; the pool, then sized by the
+    disk's byte budget, works alike). The scheduler side differs in what it tells the metrics:
+    its events' medium and its hits' source."""
 
     def __post_init__(self) -> None:
         if self.num_cpu_blocks < 1:
             raise ValueError(f"kv_connector.num_cpu_blocks: must be >= 1 "
                              f"(got {self.num_cpu_blocks})")
+        if self.backend not in OFFLOAD_BACKENDS:
+            raise ValueError("kv_connector.backend: must be 'cpu' or 'disk' "
+                             f"(got {self.backend!r})")
+
+    @property
+    def medium(self) -> str:
+        """The medium of the tier's KV events."""
+        return "STORAGE" if self.backend == "disk" else "CPU"
+
+    @property
+    def hit_source(self) -> CacheHitSource:
+        """The source its hits are counted under in the connector's prefix-cache stats."""
+        return CacheHitSource.DISK if self.backend == "disk" else CacheHitSource.HOST
         if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
             raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
                              f"(got {self.load_failure_policy!r})")

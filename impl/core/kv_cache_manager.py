@@ -10,7 +10,6 @@ N more tokens, or tell me there is no room" (then the scheduler preempts). Block
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
@@ -21,33 +20,11 @@ from impl.core.lagging_hits import lagging_hit
 from impl.core.mamba_align import MambaAlignManager
 from impl.core.mamba_boundaries import BoundaryState
 from impl.core.partial_hits import truncate_hit
+from impl.core.prefix_stats import PrefixCacheStats
 from impl.core.specs import KVCacheConfig
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
-
-
-@dataclass(slots=True)
-class PrefixCacheStats:
-    """Lookups since the last `make_prefix_cache_stats` (preempted requests counted apart)."""
-
-    reset: bool = False
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-    preempted_requests: int = 0
-    preempted_queries: int = 0
-    preempted_hits: int = 0
-
-    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
-        if preempted:
-            self.preempted_requests += 1
-            self.preempted_queries += num_tokens
-            self.preempted_hits += num_hits
-        else:
-            self.requests += 1
-            self.queries += num_tokens
-            self.hits += num_hits
 
 
 class KVCacheBlocks:

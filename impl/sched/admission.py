@@ -96,6 +96,7 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 self.deferred_waiting.add(request.request_id)
                 continue
             num_external, load_async = 0, False
+            lookup = (0, 0)  # the connector's (queries, hits), counted if admitted
             fresh = request.num_computed_tokens == 0  # not resuming after a finished load
             if fresh:
                 diverged = False
@@ -123,17 +124,21 @@ class Admission(SchedulerUpdates, AdmissionRules):
                     num_external = matched
                     if diverged and not num_external:  # no pull brings the lagging state
                         hits, num_hit = kv.get_computed_blocks(request)
+                if self.has_connector:  # (an inert CPU tier answers no hit)
+                    lookup = (request.num_tokens - num_hit, num_external)
                 num_computed = num_hit + num_external
                 if self.tracer is not None:
                     trace_points.prefix_cache_event(self.tracer, request, num_hit)
                 if self.prefix_replay_tokens and not hit_worth_replaying(
                         num_computed, self.prefix_replay_tokens):
                     hits, num_hit, num_computed = kv.empty_blocks(), 0, 0
+                    lookup = (lookup[0], 0)
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
             if load_async:
                 if not self._start_load(request, queue, hits, num_hit, num_external, holding):
                     break
+                self._record_connector_lookup(request, *lookup)
                 continue
             if hold_prefill and num_computed < request.num_tokens - 1:
                 break  # prompt left to compute: wait for a step that carries prefill
@@ -181,6 +186,7 @@ class Admission(SchedulerUpdates, AdmissionRules):
             if self.connector is not None:
                 self.connector.update_state_after_alloc(request, kv.get_blocks(
                     request.request_id), 0)
+            self._record_connector_lookup(request, *lookup)
             if request.num_computed_tokens == 0:  # only admitted lookups count
                 kv.record_prefix_cache_stats(request, num_hit)
             queue.pop_request()
@@ -210,3 +216,17 @@ class Admission(SchedulerUpdates, AdmissionRules):
             self.waiting.prepend_request(request)
         for request in reversed(holding):
             self.kv_holding_waiting.prepend_request(request)
+
+    def _record_connector_lookup(self, request: Request, queries: int, hits: int) -> None:
+        """Count an admitted request's lookup in the connector's stats: the tokens past the
+        local hit it was asked for and those it supplies, split by the tier they come from
+        (asked of the connector once its load is planned; never for a preempted request)."""
+        stats = self.connector_prefix_cache_stats
+        if stats is None or queries == 0:
+            return
+        preempted = request.num_preemptions > 0
+        sources = None
+        if hits and not preempted:
+            assert self.connector is not None
+            sources = self.connector.get_external_cache_hit_sources(request, hits)
+        stats.record(queries, hits, preempted, sources)

@@ -42,6 +42,7 @@ from impl.connector.types import (
 )
 from impl.core.block import KVCacheBlock
 from impl.core.kv_cache_manager import KVCacheBlocks
+from impl.core.prefix_stats import PrefixCacheStats
 from impl.core.single_type_manager import cdiv
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.block_frees import BlockFrees
@@ -57,6 +58,10 @@ class ConnectorPaths(BlockFrees):
     def _setup_connector(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         settings = config.kv_connector
         self.has_connector = settings is not None
+        # The external prefix cache's lookups (upstream counts them even beside a CPU tier
+        # left inert for want of prefix caching: it answers no hit).
+        self.connector_prefix_cache_stats = (PrefixCacheStats() if self.has_connector
+                                             and self.log_stats else None)
         # SimpleCPUOffload needs prefix caching (without it, it stays inert); the
         # OffloadingConnector runs either way.
         self.connector: SchedulerConnector | None = None

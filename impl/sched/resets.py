@@ -43,9 +43,11 @@ class OperatorResets(Preemption):
     def reset_connector_cache(self) -> bool:
         """Reset the connector's own cache: True without a connector or with one that keeps
         none; False if the connector refuses."""
-        if self.connector is None:
-            return True
-        return self.connector.reset_cache() is not False
+        if self.connector is not None and self.connector.reset_cache() is False:
+            return False
+        if self.connector_prefix_cache_stats is not None:
+            self.connector_prefix_cache_stats.reset = True
+        return True
 
     def reset_encoder_cache(self) -> None:
         """Forget every encoder output (new weights make cached embeddings stale)."""

@@ -15,6 +15,7 @@ from impl.connector.types import OffloadMetadata
 from impl.core.context_parallel import dcp_scheduler_view
 from impl.core.events import KVCacheEvent
 from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.prefix_stats import PrefixCacheStats
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission import Admission
 from impl.sched.config import SchedulerConfig, check_eagle, check_mamba_caching
@@ -53,6 +54,7 @@ class Scheduler(Admission):
     sched_step_seq: int
     inflight_prefills: dict[str, Request]
     step_external_hits: list[tuple[str, int]]
+    connector_prefix_cache_stats: PrefixCacheStats | None
 
     def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig, *,
                  none_hash: bytes, log_stats: bool) -> None:

@@ -35,6 +35,7 @@ from impl.behaviour import Behaviour
 from impl.core.block import KVCacheBlock
 from impl.core.events import KVCacheEvent
 from impl.core.kv_cache_manager import KVCacheManager
+from impl.core.prefix_stats import PrefixCacheStats
 from impl.sched.config import SchedulerConfig
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.encoder_cache import EncoderCacheManager
@@ -82,6 +83,7 @@ class SchedulerState:
     preempted_between_steps: set[str]
     spec_decoding_stats: SpecDecodingStats | None
     log_stats: bool
+    connector_prefix_cache_stats: PrefixCacheStats | None  # beside a connector, stats on
     num_waiting_for_streaming_input: int
     grammar_compile_error_reqs: set[str]  # ids; finished with an error after the step
     # KV events handed out at the end of the last update, as upstream publishes its batch: the

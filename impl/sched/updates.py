@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from mypy_extensions import trait
 
 from impl.connector.types import FinishedTransfer
-from impl.core.kv_cache_manager import PrefixCacheStats
+from impl.core.prefix_stats import PrefixCacheStats
 from impl.sched.encoder_inputs import EncoderInputs
 from impl.sched.integrity import check_scheduler_integrity
 from impl.sched.output import DraftTokenIds, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
@@ -29,6 +29,7 @@ class SchedulerStats:
     prefix_cache_stats: PrefixCacheStats | None
     num_skipped_waiting_reqs: int = 0
     spec_decoding_stats: SpecDecodingStats | None = None  # drafts verified in the last update
+    connector_prefix_cache_stats: PrefixCacheStats | None = None  # beside a connector
 
 
 @trait
@@ -307,6 +308,9 @@ class SchedulerUpdates(OperatorResets, EncoderInputs, StreamingSessions, Structu
             return None
         running, waiting = self.get_request_counts()
         deferred = len(self.deferred_waiting)
+        external = self.connector_prefix_cache_stats
+        if external is not None:
+            self.connector_prefix_cache_stats = PrefixCacheStats()
         return SchedulerStats(running, waiting - deferred, self.kv_cache_manager.usage,
                               self.kv_cache_manager.make_prefix_cache_stats(), deferred,
-                              self.spec_decoding_stats)
+                              self.spec_decoding_stats, external)

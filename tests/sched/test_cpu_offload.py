@@ -9,9 +9,14 @@ import pytest
 from impl.connector.types import KVConnectorOutput, OffloadMetadata, OffloadSettings
 from impl.sched.output import ModelRunnerOutput
 from impl.sched.request import RequestStatus
-from impl.sched.scheduler import Scheduler
 from tests.sched.helpers import make_request, make_scheduler
-from tests.sched.offload_helpers import BLOCK, offload_scheduler, run_step, stores_done
+from tests.sched.offload_helpers import (
+    BLOCK,
+    evict_prefix_then_resend,
+    offload_scheduler,
+    run_step,
+    stores_done,
+)
 from vtwin.errors import IntegrityError
 
 
@@ -30,29 +35,9 @@ def test_eager_stores_confirmed_blocks_one_step_later_then_publishes_them() -> N
     assert pool.free_block_queue.block_ids()[-3:] == [1, 2, 3]  # newest at the LRU tail
 
 
-def _evict_prefix_then_resend(scheduler: Scheduler) -> None:
-    """`a` runs and is stored to the CPU; `b` (another prompt) fills the GPU so `a`'s cached
-    blocks are evicted (and is stored too, which pins its blocks until the store reports);
-    `c` resends `a`'s prompt."""
-    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=2))
-    run_step(scheduler)
-    run_step(scheduler, None)
-    run_step(scheduler, stores_done(0))
-    assert "a" not in scheduler.requests
-    scheduler.add_request(make_request("b", range(100, 160), BLOCK, max_tokens=1))
-    run_step(scheduler)
-    _, meta = run_step(scheduler)
-    assert meta.store_event == 1 and len(meta.store_gpu_blocks) == 15
-    run_step(scheduler, stores_done(1))
-    gpu = scheduler.kv_cache_manager.block_pool
-    assert not any(gpu.get_cached_block(h, [0]) for h in make_request("x", range(10, 23),
-                                                                       BLOCK).block_hashes)
-    scheduler.add_request(make_request("c", range(10, 23), BLOCK, max_tokens=2))
-
-
 def test_a_prefix_evicted_from_the_gpu_loads_from_the_cpu_before_scheduling() -> None:
     scheduler = offload_scheduler()
-    _evict_prefix_then_resend(scheduler)
+    evict_prefix_then_resend(scheduler)
     output, meta = run_step(scheduler)
     assert "c" not in output.num_scheduled_tokens
     assert scheduler.step_external_hits == [("c", 12)]
@@ -72,7 +57,7 @@ def test_a_prefix_evicted_from_the_gpu_loads_from_the_cpu_before_scheduling() ->
 @pytest.mark.parametrize("policy", ["fail", "recompute"])
 def test_a_failed_load_block_fails_the_request_or_recomputes_from_it(policy: str) -> None:
     scheduler = offload_scheduler(policy=policy)
-    _evict_prefix_then_resend(scheduler)
+    evict_prefix_then_resend(scheduler)
     _, meta = run_step(scheduler)
     bad = meta.load_gpu_blocks[1]
     output = scheduler.schedule()
@@ -92,7 +77,7 @@ def test_a_failed_load_block_fails_the_request_or_recomputes_from_it(policy: str
 
 def test_an_abort_mid_load_keeps_the_blocks_until_the_load_reports() -> None:
     scheduler = offload_scheduler()
-    _evict_prefix_then_resend(scheduler)
+    evict_prefix_then_resend(scheduler)
     _, meta = run_step(scheduler)
     free_before = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
     scheduler.finish_requests("c", RequestStatus.FINISHED_ABORTED)
@@ -110,7 +95,7 @@ def test_a_load_failing_at_its_first_block_frees_the_request_to_retry() -> None:
     the pool and it is scheduled afresh (a retry may hit the local cache), rather than keeping
     blocks with nothing computed in them."""
     scheduler = offload_scheduler(policy="recompute")
-    _evict_prefix_then_resend(scheduler)
+    evict_prefix_then_resend(scheduler)
     _, meta = run_step(scheduler)
     output = scheduler.schedule()
     scheduler.update_from_output(output, ModelRunnerOutput([], {}, [], kv_connector_output=(
@@ -134,7 +119,7 @@ def test_an_abort_after_the_load_reported_forgets_the_report(policy: str) -> Non
     not taken up yet when c is aborted: the reports go with it. Left behind, they would make a
     later request under the same id look loaded (the integrity check says so)."""
     scheduler = offload_scheduler(policy=policy)
-    _evict_prefix_then_resend(scheduler)
+    evict_prefix_then_resend(scheduler)
     _, meta = run_step(scheduler)
     bad = frozenset({meta.load_gpu_blocks[1]}) if policy == "recompute" else frozenset()
     output = scheduler.schedule()

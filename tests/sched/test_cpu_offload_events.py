@@ -10,7 +10,7 @@ from __future__ import annotations
 from impl.connector.offload_events import (
     StoredBlockMeta,
     capture_block_meta,
-    on_cpu,
+    on_tier,
     stored_events,
 )
 from impl.connector.types import KVConnectorOutput, OffloadSettings
@@ -130,11 +130,11 @@ def test_sub_block_keys_carry_their_own_payloads() -> None:
     }
     source = KVCacheBlock(5)
     source.block_hash, source.hash_group_id, source.extra_hashes = fine[3], 0, [fine[2]]
-    assert stored_events(source, metas, [8]) == [
+    assert stored_events(source, metas, [8], "CPU") == [
         BlockStored((fine[3],), fine[1], tuple(range(18, 26)), 8, "ad", 0, medium="CPU"),
         BlockStored((fine[2],), fine[1], (18, 19, 20, 21), 4, "ad", 0, medium="CPU")]
     # No payload captured (a lazy copy, a hand-off): keys only, sub-block keys at size 0.
-    assert stored_events(source, {}, [8]) == [
+    assert stored_events(source, {}, [8], "CPU") == [
         BlockStored((fine[3],), None, (), 8, None, 0, medium="CPU"),
         BlockStored((fine[2],), None, (), 0, None, 0, medium="CPU")]
 
@@ -155,12 +155,14 @@ def test_a_payload_of_another_size_is_sent_empty_but_keeps_its_lora() -> None:
     source = KVCacheBlock(5)
     source.block_hash, source.hash_group_id = request.block_hashes[0], 1
     meta = {source.block_hash: StoredBlockMeta((1, 2, 3, 4), None, "ad")}
-    assert stored_events(source, meta, [4, 8]) == [
+    assert stored_events(source, meta, [4, 8], "CPU") == [
         BlockStored((source.block_hash,), None, (), 8, "ad", 1, medium="CPU")]
 
 
 def test_the_pools_evictions_are_relabelled_and_stored_events_kept() -> None:
     key = make_request("a", range(4), 4).block_hashes[0]
     stored = BlockStored((key,), None, (), 4, None, 0, medium="CPU")
-    assert on_cpu([BlockRemoved((key,), 2), stored]) == [
+    assert on_tier([BlockRemoved((key,), 2), stored], "CPU") == [
         BlockRemoved((key,), 2, medium="CPU"), stored]
+    assert on_tier([BlockRemoved((key,), 2)], "STORAGE") == [
+        BlockRemoved((key,), 2, medium="STORAGE")]

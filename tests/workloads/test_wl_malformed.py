@@ -41,8 +41,6 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "control_preempt_on_pause.jsonl": (3, "preempt_running", "only for 'reset_prefix_cache'"),
     "control_reset_connector_on_pause.jsonl": (3, "reset_connector",
                                                "only for 'reset_prefix_cache'"),
-    "control_reset_connector_cpu_tier.jsonl": (3, "reset_connector",
-                                               "the simple_cpu_offload connector's reset"),
     "control_unknown_action.jsonl": (3, "action", "got 'restart'"),
     "data_parallel_without_interval.jsonl": (1, "config.data_parallel",
                                              "needs prefill_schedule_interval > 1"),

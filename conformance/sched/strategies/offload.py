@@ -4,9 +4,11 @@ A drawn workload from `strategies.workloads` (without the layouts the twin's off
 not model: mamba groups other than 'align', no full-attention group, the continuum policy)
 gets a SimpleCPUOffloadConnector: a CPU pool from 4 blocks (smaller than anything the GPU
 caches: evictions on both tiers, and lazy offload's endless copying) to 256, eager or lazy,
-transfer latencies 0 to 3 steps, both failure policies, and on single-group layouts up to two
-planned load failures. Half the draws cut the GPU pool to just above the longest request, so
-prefixes leave the GPU and come back from the CPU (loads), which is where the tier's bugs live.
+on its cpu or disk backend, transfer latencies 0 to 3 steps, both failure policies, on
+single-group layouts up to two planned load failures, and up to two operator resets of the
+tier with the prefix cache (`draw_connector_resets`). Half the draws cut the GPU pool to just
+above the longest request, so prefixes leave the GPU and come back from the CPU (loads), which
+is where the tier's bugs live.
 
 Imported by tests only (it needs Hypothesis).
 """
@@ -71,6 +73,7 @@ def offload_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = Fal
     connector = KVConnectorConfig(
         num_cpu_blocks=draw(st.sampled_from([4, 8, 16, 32, 64, 256]), label="cpu blocks"),
         lazy_offload=draw(st.booleans(), label="lazy"),
+        backend=draw(st.sampled_from(["cpu", "disk"]), label="backend"),
         load_failure_policy=draw(st.sampled_from(["fail", "recompute"]), label="policy"),
         load_latency_steps=draw(st.integers(0, 3), label="load latency"),
         store_latency_steps=draw(st.integers(0, 3), label="store latency"),
@@ -83,7 +86,11 @@ def offload_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = Fal
                                   # LoRA limit (tight pools reach it often), the twin
                                   # stops alike (conformance.sched.failures).
                                   config=replace(config, num_blocks=num_blocks,
-                                                 kv_connector=connector))
+                                                 kv_connector=connector),
+                                  controls=tuple(sorted(
+                                      (*workload.controls,
+                                       *draw_connector_resets(draw, workload)),
+                                      key=lambda c: c.step)))
     return offloaded
 
 

@@ -45,6 +45,7 @@ from conformance.systems.readback import (
     block_hashes_of,
     block_ids,
     block_tables_of,
+    cache_stats,
     grammar_rows,
     request_spec_metrics,
     resolved,
@@ -363,6 +364,7 @@ class UpstreamSystem:
         outputs: list[TokenOutput] = []
         stats: CacheStats | None = None
         counts: SchedulerStats | None = None
+        external: CacheStats | None = None
         for client in sorted(result):
             eco = result[client]
             for o in eco.outputs:
@@ -372,15 +374,14 @@ class UpstreamSystem:
                     handed_on(o.kv_transfer_params),
                     request_spec_metrics(getattr(o, "spec_decode_metrics", None))))
             if eco.scheduler_stats is not None:
-                s = eco.scheduler_stats.prefix_cache_stats
-                stats = CacheStats(s.requests, s.queries, s.hits, s.preempted_requests,
-                                   s.preempted_queries, s.preempted_hits, bool(s.reset))
                 made = eco.scheduler_stats
+                stats = cache_stats(made.prefix_cache_stats)
+                external = cache_stats(getattr(made, "connector_prefix_cache_stats", None))
                 counts = SchedulerStats(
                     made.num_running_reqs, made.num_waiting_reqs, made.kv_cache_usage,
                     getattr(made, "num_skipped_waiting_reqs", 0),
                     spec_counts(made.spec_decoding_stats))
-        return Update(tuple(outputs), stats, counts)
+        return Update(tuple(outputs), stats, counts, external)
 
     def update_draft_token_ids(self, drafts: Sequence[tuple[str, Sequence[int]]]) -> None:
         from vllm.v1.outputs import DraftTokenIds

@@ -55,6 +55,8 @@ class RequestOffload:
     # A hit found past the last whole chunk, at this hash boundary inside the next block
     # (`Lookups._partial_tail`): its load reads the boundary's keys. None: no such hit.
     partial_tail_boundary: int | None = None
+    # The token ranges its last load's chunks cover (`impl.connector.offloading.hit_sources`).
+    load_ranges: list[tuple[int, int]] = field(default_factory=list)
 
     @classmethod
     def new(cls, request: Request, shapes: tuple[GroupShape, ...]) -> RequestOffload:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
 from impl.connector.offloading.events import ConnectorEvents
+from impl.connector.offloading.hit_sources import load_ranges, split_by_source
 from impl.connector.offloading.jobs import (
     GPUBlocks,
     JobStatus,
@@ -67,6 +68,7 @@ from vtwin.errors import ReleaseCheckFailed
 if TYPE_CHECKING:
     from impl.core.events import KVCacheEvent
     from impl.core.kv_cache_manager import KVCacheBlocks
+    from impl.core.prefix_stats import CacheHitSource
     from impl.sched.output import SchedulerOutput
     from impl.sched.request import Request
 
@@ -190,6 +192,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         block_ids: list[int] = []
         sizes: list[int] = []
         starts: list[int] = []
+        state.load_ranges = []
         for shape, group in zip(self.shapes, state.groups, strict=True):
             table = blocks.blocks[shape.group]
             self.batch_allocated.update(b.block_id for b in table if b.block_id != 0)
@@ -205,6 +208,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
                                        num_chunks - (tail is not None)])
                 if tail is not None:  # the chunk the tail ends in: read under its keys
                     keys.append(state.chunk_key(shape, tail))
+                state.load_ranges += load_ranges(shape, start, num_local, num_cached,
+                                                 self.blocks_per_chunk)
             block_ids.extend(b.block_id for b in table[start:num_blocks])
             sizes.append(num_blocks - start)
             starts.append(start)
@@ -219,6 +224,11 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         if self.chunks_being_loaded is not None:
             self.chunks_being_loaded.update(keys)
         state.partial_tail_boundary = None
+
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[CacheHitSource, int]:
+        state = self.requests[request.request_id]
+        return split_by_source(state.load_ranges, state.num_local_tokens, num_external_tokens)
 
     # -- every step --------------------------------------------------------------------------
     def build_connector_meta(self, output: SchedulerOutput) -> OffloadingMetadata:
