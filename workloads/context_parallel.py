@@ -41,7 +41,11 @@ def check_context_parallel(model: EngineConfigModel,
             raise fail(f"kv_cache_groups[{index}].type",
                        f"a {group.type!r} group with decode_context_parallel_size {dcp} is not "
                        "modelled (DCP is twinned for full attention and mamba 'align')")
-    for field, value in (("model", model.model), ("kv_connector", model.kv_connector),
+    connector = model.kv_connector
+    if connector is not None and (connector.type == "nixl" or connector.type == "multi"):
+        raise fail("kv_connector.type", f"{connector.type!r} with decode_context_parallel_size "
+                   f"{dcp}: upstream refuses P/D with DCP for models other than MLA ones")
+    for field, value in (("model", model.model),
                          ("hash_block_size", model.hash_block_size)):
         if value is not None:
             raise fail(field, f"must be unset with decode_context_parallel_size {dcp} "

@@ -64,9 +64,6 @@ NOT_OFFLOADED: dict[str, str] = {
     "pd-pair": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-push": "a P/D pair runs the NIXL connector already, on both instances",
     "pd-pair-hybrid": "a P/D pair runs the NIXL connector already, on both instances",
-    "dcp-multi-turn": "DCP with a connector is not modelled (the workload format refuses it)",
-    "dcp-eagle-preemption-storm": "DCP and EAGLE with a connector are not modelled",
-    "dcp-hybrid-mamba": "DCP with a connector is not modelled",
     "multimodal-modalities-disabled": "the multimodal workload without its items: "
                                       "`multimodal` runs with every connector already",
     "multimodal-unsplittable-item": "both systems refuse the config at start-up: nothing runs "
@@ -84,6 +81,10 @@ NOT_OFFLOADED: dict[str, str] = {
 
 
 NOT_IN_PD: dict[str, str] = {
+    "dcp-multi-turn": "upstream refuses P/D with decode context parallelism for models other "
+                      "than MLA ones (the workload format refuses it)",
+    "dcp-hybrid-mamba": "upstream refuses P/D with decode context parallelism for models other "
+                        "than MLA ones",
     "hybrid-reference-window": "its failing pull crashes upstream (a block-level failure report "
                                "on two KV-cache groups; conformance/upstream_bugs/"
                                "pd-failed-pull-two-groups.jsonl): both stop alike mid-run",
@@ -93,6 +94,11 @@ NOT_IN_PD: dict[str, str] = {
 
 
 ONLY_IN_MODES: dict[str, tuple[tuple[str, ...], str]] = {
+    "dcp-eagle-preemption-storm": (("eager", "lazy", "offloading-arc"),
+                                   "under DCP 4 a scheduler block is 64 tokens: its prompts "
+                                   "fill no chunk of two blocks, so the `offloading` mode "
+                                   "would store nothing (exact, by hand); P/D with DCP is "
+                                   "refused upstream"),
     "mamba-spec-decode": (("eager", "lazy", "pd", "pd-push"),
                           "the OffloadingConnector beside a mamba group not in 'align' mode is "
                           "not modelled by the twin (it refuses the config)"),

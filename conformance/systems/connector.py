@@ -140,10 +140,11 @@ class SortedSet(set[str]):
 
 
 def upstream_connector_output(report: ConnectorReport,
-                              layout: tuple[str, ...] = ()) -> Any:
+                              layout: tuple[str, ...] = (), workers: int = 1) -> Any:
     """Upstream's `KVConnectorOutput` for the worker's report. SimpleCPUOffload's worker
-    reports finished stores in its worker metadata, one count per event; the
-    OffloadingConnector's reports every finished job there, one count per job. Under a
+    reports finished stores in its worker metadata, the OffloadingConnector's every finished
+    job, as the engine merges them from its `workers` ranks (DCP's: one count from each, and
+    upstream waits for all of them). Under a
     MultiConnector (`layout`: its connectors' types, in order) the worker metadata is one slot
     per connector, the OffloadingConnector's in its place."""
     from vllm.v1.outputs import KVConnectorOutput
@@ -154,11 +155,11 @@ def upstream_connector_output(report: ConnectorReport,
             OffloadingWorkerMetadata,
         )
 
-        meta = OffloadingWorkerMetadata(completed_jobs={j: 1 for j in report.completed_jobs})
+        meta = OffloadingWorkerMetadata(completed_jobs={j: workers for j in report.completed_jobs})
     elif report.finished_stores:
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
-        meta = SimpleCPUOffloadWorkerMetadata({e: 1 for e in report.finished_stores})
+        meta = SimpleCPUOffloadWorkerMetadata({e: workers for e in report.finished_stores})
     if layout and meta is not None:
         from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import (
             MultiKVConnectorWorkerMetadata,
@@ -255,9 +256,11 @@ def upstream_transfer_config(config: EngineConfig,
     if c.type != "simple_cpu_offload":
         raise UserError(f"kv_connector.type {c.type!r}: not a connector the harness drives")
     module, name = connector_class or (None, "SimpleCPUOffloadConnector")
+    dcp_ranks = config.decode_context_parallel_size
     return KVTransferConfig(
         kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
-        kv_connector_extra_config={"cpu_bytes_to_use": c.num_cpu_blocks,
+        # Server-wide bytes, split over the ranks (DCP's, which reuse the TP ranks).
+        kv_connector_extra_config={"cpu_bytes_to_use": c.num_cpu_blocks * dcp_ranks,
                                    "lazy_offload": c.lazy_offload, **_disk_extra(c)},
         kv_load_failure_policy=c.load_failure_policy)
 

@@ -59,3 +59,21 @@ def test_the_offload_suite_loads_from_the_cpu_tier(pair: Pair) -> None:
                                   pair.reference)
             assert result.activity.loads > 0 and result.activity.external_hit_tokens > 0, (
                 name, mode, result.activity)
+
+
+def test_every_dcp_rank_reports_a_finished_transfer() -> None:
+    """Under DCP the engine merges one report per rank and upstream waits for all of them: the
+    harness's worker speaks for every rank (with one count, a DCP run's stores never finish)."""
+    from conformance.systems.connector import upstream_connector_output
+    from conformance.systems.transfer_records import ConnectorReport
+
+    stores = upstream_connector_output(ConnectorReport(finished_stores=(3, 4)), workers=2)
+    assert stores.kv_connector_worker_meta.completed_store_events == {3: 2, 4: 2}
+    jobs = upstream_connector_output(ConnectorReport(completed_jobs=(7,)), workers=4)
+    assert jobs.kv_connector_worker_meta.completed_jobs == {7: 4}
+
+
+def test_dcp_runs_with_the_cpu_tiers_and_not_with_p_d() -> None:
+    for mode in OFFLOAD_MODES:
+        reason = left_out("dcp-hybrid-mamba", mode)
+        assert (reason is not None) == mode.startswith("pd"), mode

@@ -27,6 +27,7 @@ cover the connector's bookkeeping too: `check_integrity` here adds the holders i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from impl.behaviour import DEFAULT_BEHAVIOUR, Behaviour
@@ -70,8 +71,9 @@ class SimpleCPUOffloadScheduler(OffloadTransfers):
                                  for g in kv_cache_config.kv_cache_groups
                                  if isinstance(g.kv_cache_spec, ChunkedLocalAttentionSpec)
                                  ) if behaviour.offload_lookup_chunk_aligned else ()
-        cpu_config = KVCacheConfig(settings.num_cpu_blocks, kv_cache_config.kv_cache_groups,
-                                   kv_cache_config.prefix_cache_retention_interval)
+        # The GPU's groups, retention and DCP ranks (under DCP a mamba state as wide as the
+        # hash block makes hits end inside a block on the CPU too), at the CPU pool's size.
+        cpu_config = replace(kv_cache_config, num_blocks=settings.num_cpu_blocks)
         # With EAGLE's block drop, a CPU hit gives up its last block as a GPU hit does.
         self.cpu_coordinator = get_kv_cache_coordinator(
             cpu_config, enable_caching=True, hash_block_size=hash_block_size,

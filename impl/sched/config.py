@@ -94,9 +94,12 @@ class SchedulerConfig:
         if self.per_request_spec_decode_metrics != "none" and not self.num_spec_tokens:
             raise ValueError("per_request_spec_decode_metrics: needs speculative decoding "
                              "(num_spec_tokens > 0), as upstream requires")
-        if self.decode_context_parallel_size > 1 and self.kv_connector is not None:
-            raise ValueError("decode_context_parallel_size: a KV connector with DCP is not "
-                             "implemented by the twin")
+        parts = (self.kv_connector.parts if isinstance(self.kv_connector, MultiSettings)
+                 else (self.kv_connector,))
+        if self.decode_context_parallel_size > 1 and any(isinstance(part, NixlSettings)
+                                                         for part in parts):
+            raise ValueError("decode_context_parallel_size: upstream refuses P/D (the NIXL "
+                             "connector) with DCP for models other than MLA ones")
 
     @property
     def max_in_flight_tokens(self) -> int:

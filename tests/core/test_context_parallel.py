@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from impl.connector.types import OffloadSettings
+from impl.connector.types import (
+    MultiSettings,
+    NixlSettings,
+    OffloadingSettings,
+    OffloadSettings,
+)
 from impl.core.context_parallel import check_reused_block_events, dcp_scheduler_view
 from impl.core.events import BlockStored
 from impl.core.kv_cache_manager import KVCacheManager
@@ -106,13 +111,17 @@ def test_a_full_report_at_hashes_dividing_a_ranks_block_is_made_at_that_block() 
         (0, 4, tuple(range(8))), (1, 4, tuple(range(8)))]
 
 
-def test_the_scheduler_hashes_at_its_own_block_and_refuses_a_connector() -> None:
+def test_the_scheduler_hashes_at_its_own_block_and_refuses_p_d_only() -> None:
     settings = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
                                block_size=16, decode_context_parallel_size=4)
     assert (settings.scheduler_block_size, settings.effective_hash_block_size) == (64, 64)
     with pytest.raises(ValueError, match="decode_context_parallel_size: must be >= 1"):
         SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
                         decode_context_parallel_size=0)
-    with pytest.raises(ValueError, match="a KV connector with DCP is not implemented"):
+    for nixl in (NixlSettings(), MultiSettings((NixlSettings(), OffloadingSettings(8, 1)))):
+        with pytest.raises(ValueError, match="upstream refuses P/D .* with DCP"):
+            SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
+                            decode_context_parallel_size=2, kv_connector=nixl)
+    for tier in (OffloadSettings(8), OffloadingSettings(8, 1)):  # the CPU tiers run under DCP
         SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
-                        decode_context_parallel_size=2, kv_connector=OffloadSettings(8))
+                        decode_context_parallel_size=2, kv_connector=tier)

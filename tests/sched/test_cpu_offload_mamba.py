@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.offload_lazy import lazy_target_blocks
 from impl.connector.types import KVConnectorOutput, OffloadSettings
 from impl.core.events import BlockStored
@@ -216,3 +217,25 @@ def test_a_finishing_requests_tail_block_is_announced_by_its_keys_alone() -> Non
         announced += [e for e in scheduler.take_events()
                       if isinstance(e, BlockStored) and e.medium == "CPU" and e.group_id == 0]
     assert BlockStored((a.block_hashes[2],), None, (), 8, None, 0, medium="CPU") in announced
+
+
+def test_under_dcp_the_cpu_pool_hits_inside_a_block_as_the_gpu_does() -> None:
+    """DCP 2 beside mamba 'align' (blocks of 4, full attention's spanning 8 tokens): the state
+    is as wide as the hash block, so both pools hit inside a full-attention block, and a
+    finishing request stores the block its prompt's last hash boundary (12) falls inside.
+    (The CPU pool once lost the DCP ranks: `conformance/regressions/
+    dcp-mamba-cpu-tier-prompt-tail.jsonl`.)"""
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                             block_size=BLOCK, hash_block_size=BLOCK,
+                             decode_context_parallel_size=2, kv_connector=OffloadSettings(32))
+    scheduler = Scheduler(config, layout(12), none_hash=NONE_HASH, log_stats=True)
+    assert isinstance(scheduler.connector, SimpleCPUOffloadScheduler)
+    assert scheduler.kv_cache_manager.coordinator.sub_block_hits
+    assert scheduler.connector.cpu_coordinator.sub_block_hits
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    report, gpu_ids, _ = run_done(scheduler, None)  # 12 tokens: the state keyed at 12
+    assert gpu_ids == [3]
+    report, gpu_ids, _ = run_done(scheduler, report)  # the full block, a finishes
+    assert gpu_ids == [1]
+    _, gpu_ids, _ = run_done(scheduler, report)  # its prompt tail's block (tokens 8..16)
+    assert gpu_ids == [2]

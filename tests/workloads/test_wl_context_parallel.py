@@ -29,6 +29,14 @@ def test_beside_mamba_align_the_hash_block_stays_the_block() -> None:
     assert (config.scheduler_block_size, config.effective_hash_block_size) == (32, 16)
 
 
+@pytest.mark.parametrize("connector", [{"type": "simple_cpu_offload", "num_cpu_blocks": 8},
+                                       {"type": "offloading", "num_cpu_chunks": 8}])
+def test_the_cpu_tiers_run_under_dcp(connector: dict[str, Any]) -> None:
+    workload = loads(text({"decode_context_parallel_size": 2, "kv_connector": connector}))
+    assert workload.config.kv_connector is not None
+    assert loads(dumps(workload)) == workload
+
+
 def test_a_file_without_them_keeps_its_bytes() -> None:
     workload = loads(text({}))
     assert workload.config.scheduler_block_size == 16
@@ -43,8 +51,11 @@ def test_a_file_without_them_keeps_its_bytes() -> None:
     ({"kv_cache_groups": [{"type": "full"}, {"type": "mamba", "mamba_cache_mode": "align"}],
       "enable_prefix_caching": False},
      "kv_cache_groups[1].mamba_cache_mode", "needs 'align' and prefix caching on"),
-    ({"kv_connector": {"type": "simple_cpu_offload", "num_cpu_blocks": 8}},
-     "kv_connector", "must be unset with decode_context_parallel_size 2"),
+    ({"kv_connector": {"type": "nixl"}},
+     "kv_connector.type", "upstream refuses P/D with DCP"),
+    ({"kv_connector": {"type": "multi", "connectors": [
+        {"type": "nixl"}, {"type": "offloading", "num_cpu_chunks": 8}]}},
+     "kv_connector.type", "'multi' with decode_context_parallel_size 2"),
     ({"hash_block_size": 16}, "hash_block_size", "must be unset"),
     ({"num_blocks": 64, "max_model_len": 2048}, "num_blocks", "(64 blocks of 32)"),
 ])

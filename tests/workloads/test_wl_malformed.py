@@ -42,6 +42,7 @@ CASES: dict[str, tuple[int, str | None, str]] = {
     "control_reset_connector_on_pause.jsonl": (3, "reset_connector",
                                                "only for 'reset_prefix_cache'"),
     "control_unknown_action.jsonl": (3, "action", "got 'restart'"),
+    "dcp_with_pd.jsonl": (1, "config.kv_connector.type", "upstream refuses P/D with DCP"),
     "data_parallel_without_interval.jsonl": (1, "config.data_parallel",
                                              "needs prefill_schedule_interval > 1"),
     "duplicate_id.jsonl": (3, "request_id", "duplicate request id 'r1' (first on line 2)"),

@@ -29,14 +29,13 @@ from workloads.offload_limits import OffloadLimitsSpec
 def offloadable(workload: Workload) -> bool:
     """Layouts the twin's CPU tier models: full attention beside anything but mamba in a mode
     other than 'align' (its states are stored by block; hashed finer than the block, the CPU
-    pool hits on hash boundaries as the GPU does)."""
+    pool hits on hash boundaries as the GPU does), under DCP too."""
     config = workload.config
     kinds = {g.type for g in config.kv_cache_groups}
     mamba_ok = all(g.mamba_cache_mode == "align" for g in config.kv_cache_groups
                    if g.type == "mamba")
     return ("full" in kinds and ("mamba" not in kinds or mamba_ok)
             and config.policy != "continuum"
-            and config.decode_context_parallel_size == 1  # DCP with a connector: not modelled
             and not any(g.bounded_replay or g.type == "circular_buffer"
                         for g in config.kv_cache_groups))
 
@@ -99,15 +98,14 @@ def offloading_capable(workload: Workload) -> bool:
     full attention to it), sliding windows (not bounded replay's), chunked-local groups and
     mamba 'align' groups (their states stored by block as the cache keys them; hashed finer
     than the block, their partial tails too: `impl.connector.offloading.partial_tails`), in
-    any mix, a window alone included, EAGLE drafters included. The
+    any mix, a window alone included, EAGLE drafters and DCP included. The
     layouts' small windows (half a block to three) beside
     chunks of up to three blocks make the sparse stores (`impl.connector.offloading.windows`)
     sparse."""
     config = workload.config
     return (all((g.type in ("full", "reference_window", "sliding_window", "chunked_local")
                  or (g.type == "mamba" and g.mamba_cache_mode == "align"))
-                and not g.bounded_replay for g in config.kv_cache_groups)
-            and config.decode_context_parallel_size == 1)
+                and not g.bounded_replay for g in config.kv_cache_groups))
 
 
 @st.composite

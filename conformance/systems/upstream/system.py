@@ -356,7 +356,8 @@ class UpstreamSystem:
             req_id_to_index={rid: i for i, rid in enumerate(output.req_ids)},
             sampled_token_ids=[list(ids) for ids in output.sampled_token_ids],
             kv_connector_output=None if output.connector is None
-            else upstream_connector_output(output.connector, self._connector_layout),
+            else upstream_connector_output(output.connector, self._connector_layout,
+                                           self.config.decode_context_parallel_size),
             pooler_output=pooled_outputs(output) if self.config.runner == "pooling" else None,
         )
         self._pin_none_hash()
