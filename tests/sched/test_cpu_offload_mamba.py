@@ -239,3 +239,26 @@ def test_under_dcp_the_cpu_pool_hits_inside_a_block_as_the_gpu_does() -> None:
     assert gpu_ids == [1]
     _, gpu_ids, _ = run_done(scheduler, report)  # its prompt tail's block (tokens 8..16)
     assert gpu_ids == [2]
+
+
+def test_a_finishing_prompt_tail_is_not_stored_without_a_free_cpu_block() -> None:
+    """A CPU pool of 4 (3 usable) with no store reported done: the prefill's state, its full
+    block and the finishing step's state pin all three, so the block the prompt's last hash
+    boundary (12) falls inside is left unstored (with one more CPU block it is queued)."""
+    def finish(num_cpu_blocks: int) -> list[list[int]]:
+        config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                                 block_size=8, hash_block_size=4,
+                                 kv_connector=OffloadSettings(num_cpu_blocks))
+        scheduler = Scheduler(config, KVCacheConfig(11, (
+            KVCacheGroupSpec(("full",), FullAttentionSpec(8)),
+            KVCacheGroupSpec(("mamba",), MambaSpec(8, mamba_cache_mode="align")))),
+            none_hash=NONE_HASH, log_stats=True)
+        scheduler.add_request(make_request("a", range(10, 23), 4, max_tokens=1))
+        for _ in range(3):
+            run_step(scheduler)
+        connector = scheduler.connector
+        assert isinstance(connector, SimpleCPUOffloadScheduler)
+        return [queued.gpu_block_ids for queued in connector.pending_finished_stores]
+
+    assert finish(5) == [[3]]
+    assert finish(4) == []
