@@ -13,7 +13,8 @@ DEFAULT_CONNECTOR = ("vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_of
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = subparsers.add_parser(
         "connector-check", help="run a KV connector through upstream's scheduler and check "
-                                "the connector contract (promises, loads, leaks)",
+                                "the connector contract (promises, loads, hits by source, "
+                                "leaks)",
         description="Plug a KV connector class into upstream vLLM's scheduler, run workloads "
                     "with the GPU pool cut so prefixes come back from the connector, and "
                     "report every contract violation (one line each); exit 1 if any.")

@@ -12,6 +12,10 @@ Its methods are wrapped so every call is checked, one line per violation (step, 
   know, or that never waited for one;
 * **stuck loads**: a request waiting for its load (WAITING_FOR_REMOTE_KVS) for more steps than
   the transfer latency plus the liveness patience;
+* **hits by source**: `get_external_cache_hit_sources` (what the metrics report as the
+  external prefix-cache hits per tier) must split exactly the tokens it is asked about, with
+  no empty entries: upstream reports a split that does not add up as `external_unspecified`,
+  silently losing the connector's tiers from the dashboards;
 * **leaks**: blocks still referenced once every request has finished and the transfers have
   drained (GPU pool; the CPU tier's too for SimpleCPUOffloadConnector);
 * **exceptions** raised inside a connector method, named.
@@ -196,9 +200,31 @@ class _Watch:
                     self.violation(f"{rid}: load reported finished, but it never waited")
             return self._guard("update_connector_output", update, connector_output)
 
+        sources = c.get_external_cache_hit_sources
+
+        def split(request: Any, num_external: int) -> Any:
+            self._count("get_external_cache_hit_sources")
+            result = self._guard("get_external_cache_hit_sources", sources, request,
+                                 num_external)
+            self.check_split(request.request_id, num_external, result)
+            return result
+
         c.get_num_new_matched_tokens = matched
         c.update_state_after_alloc = allocated
         c.update_connector_output = output
+        c.get_external_cache_hit_sources = split
+
+    def check_split(self, rid: str, num_external: int, split: Any) -> None:
+        """A split of `num_external` hit tokens by tier: adds up, no empty or negative entry."""
+        counts = dict(split)
+        if sum(counts.values()) != num_external:
+            self.violation(f"{rid}: get_external_cache_hit_sources split {num_external} hit "
+                           f"tokens as {_named(counts)} (adds up to {sum(counts.values())}; "
+                           "upstream reports them all as external_unspecified)")
+        bad = {source: count for source, count in counts.items() if count <= 0}
+        if bad:
+            self.violation(f"{rid}: get_external_cache_hit_sources has entries with no "
+                           f"tokens: {_named(bad)}")
 
     def _guard(self, name: str, method: Any, *args: Any) -> Any:
         try:
@@ -245,3 +271,8 @@ class _Watch:
             if cpu.active:
                 self.violation(f"CPU tier: {cpu.active} blocks still referenced after every "
                                "request finished (leak)")
+
+
+def _named(counts: dict[Any, int]) -> str:
+    return "{" + ", ".join(f"{getattr(source, 'value', source)}: {count}"
+                           for source, count in counts.items()) + "}"

@@ -33,3 +33,11 @@ class HoardingNixlConnector(NixlConnector):  # type: ignore[misc]
     def request_finished_all_groups(self, request: Any, block_ids: Any) -> tuple[bool, Any]:
         _, params = super().request_finished_all_groups(request, block_ids)
         return any(block_ids), params
+
+
+class MiscountingConnector(SimpleCPUOffloadConnector):  # type: ignore[misc]
+    """A CPU tier that reports one token fewer from host memory than it loaded."""
+
+    def get_external_cache_hit_sources(self, request: Any, num_external_tokens: int) -> Any:
+        split = super().get_external_cache_hit_sources(request, num_external_tokens)
+        return {source: count - 1 for source, count in split.items()}

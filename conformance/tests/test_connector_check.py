@@ -33,6 +33,17 @@ def test_a_connector_that_never_releases_its_loads_is_caught() -> None:
     assert "raised in update_state_after_alloc" in report.violations[0], report.violations
 
 
+def test_a_connector_whose_hits_by_source_do_not_add_up_is_caught() -> None:
+    report = check_connector("conformance.tests.connector_planted:MiscountingConnector",
+                             with_offload(SUITE["multi-turn"].make(), "eager"))
+    assert report.calls["get_external_cache_hit_sources"] > 0
+    assert any("get_external_cache_hit_sources split" in line
+               and "upstream reports them all as external_unspecified" in line
+               for line in report.violations), report.violations
+    first = report.violations[0]
+    assert first.startswith("step ") and "{host: " in first, first
+
+
 def test_an_unknown_connector_class_is_one_clear_error() -> None:
     with pytest.raises(UserError, match=r"connector 'nope\.mod:X': ModuleNotFoundError"):
         check_connector("nope.mod:X", SUITE["multi-turn"].make())
