@@ -33,13 +33,13 @@ from conformance.sched.record_connector import (
     output_of,
 )
 from conformance.sched.record_encoder import encoder_fields, encoder_json
+from conformance.sched.record_stats import cache_json, cache_of, stats_from_json, stats_json
 from conformance.systems.protocol import (
     BlockCounts,
     CacheEvent,
     CacheStats,
     EncoderCacheCounts,
     SchedulerStats,
-    SpecDecodingCounts,
     TokenOutput,
 )
 from conformance.systems.transfer_records import (
@@ -164,9 +164,9 @@ class StepRecord:
                        "empty": self.blocks.empty},
             "num_running": self.num_running,
             "num_waiting": self.num_waiting,
-            "prefix_cache": _cache_json(self.prefix_cache),
+            "prefix_cache": cache_json(self.prefix_cache),
             **({} if self.connector_prefix_cache is None
-               else {"connector_prefix_cache": _cache_json(self.connector_prefix_cache)}),
+               else {"connector_prefix_cache": cache_json(self.connector_prefix_cache)}),
             "events": [_event_json(e) for e in self.events],
             "scheduler_stats": None if self.scheduler_stats is None
             else stats_json(self.scheduler_stats),
@@ -213,9 +213,9 @@ class StepRecord:
             blocks=BlockCounts(**data["blocks"]),
             num_running=data["num_running"],
             num_waiting=data["num_waiting"],
-            prefix_cache=None if pc is None else _cache_of(pc),
+            prefix_cache=None if pc is None else cache_of(pc),
             connector_prefix_cache=None if data.get("connector_prefix_cache") is None
-            else _cache_of(data["connector_prefix_cache"]),
+            else cache_of(data["connector_prefix_cache"]),
             events=tuple(CacheEvent(e["kind"], e["group"], tuple(e["block_hashes"]),
                                     e["parent_hash"], e["num_tokens"],
                                     tuple(e.get("token_ids", ())), e.get("block_size", 0),
@@ -232,52 +232,6 @@ class StepRecord:
             replay_starts=tuple(data.get("replay_starts", {}).items()),
             block_copies=tuple((s, d) for s, d in data.get("block_copies", ())),
         )
-
-
-def _cache_json(stats: CacheStats | None) -> dict[str, Any] | None:
-    """Prefix-cache stats in JSON; a reset and the hits by source only when there are any."""
-    if stats is None:
-        return None
-    return {"requests": stats.requests, "queries": stats.queries, "hits": stats.hits,
-            "preempted_requests": stats.preempted_requests,
-            "preempted_queries": stats.preempted_queries,
-            "preempted_hits": stats.preempted_hits,
-            **({"reset": True} if stats.reset else {}),
-            **({"hits_by_source": dict(stats.hits_by_source)} if stats.hits_by_source else {})}
-
-
-def _cache_of(data: dict[str, Any]) -> CacheStats:
-    by_source = tuple(sorted(data.get("hits_by_source", {}).items()))
-    return CacheStats(**{k: v for k, v in data.items() if k != "hits_by_source"},
-                      hits_by_source=by_source)
-
-
-def stats_json(stats: SchedulerStats) -> dict[str, Any]:
-    """The scheduler's stats in JSON; fields at their defaults are left out (older traces and
-    golden files keep their bytes)."""
-    out: dict[str, Any] = {"num_running_reqs": stats.num_running_reqs,
-                           "num_waiting_reqs": stats.num_waiting_reqs,
-                           "kv_cache_usage": stats.kv_cache_usage}
-    if stats.num_skipped_waiting_reqs:
-        out["num_skipped_waiting_reqs"] = stats.num_skipped_waiting_reqs
-    spec = stats.spec_decoding
-    if spec is not None:
-        out["spec_decoding"] = {"num_drafts": spec.num_drafts,
-                                "num_draft_tokens": spec.num_draft_tokens,
-                                "num_accepted_tokens": spec.num_accepted_tokens,
-                                "accepted_per_pos": list(spec.accepted_per_pos),
-                                "drafts_per_pos": list(spec.drafts_per_pos)}
-    return out
-
-
-def stats_from_json(data: dict[str, Any]) -> SchedulerStats:
-    spec = data.get("spec_decoding")
-    return SchedulerStats(
-        data["num_running_reqs"], data["num_waiting_reqs"], data["kv_cache_usage"],
-        data.get("num_skipped_waiting_reqs", 0),
-        None if spec is None else SpecDecodingCounts(
-            spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"],
-            tuple(spec["accepted_per_pos"]), tuple(spec["drafts_per_pos"])))
 
 
 def cached_digest(cached_ids: tuple[int, ...] | None) -> str | None:
