@@ -47,7 +47,12 @@ from impl.core.block_pool import BlockPool
 from impl.core.coordinator import get_kv_cache_coordinator
 from impl.core.kv_cache_manager import KVCacheBlocks
 from impl.core.prefix_stats import CacheHitSource, single_source
-from impl.core.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig
+from impl.core.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    MambaSpec,
+)
 from vtwin.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -273,3 +278,11 @@ class SimpleCPUOffloadScheduler(OffloadTransfers):
             raise IntegrityError("offload: a store registered under no event")
         self.check_store_integrity()
 
+
+def check_offload_supported(kv_cache_config: KVCacheConfig) -> None:
+    """Configurations the twin's offload tier does not model, refused with the field to fix."""
+    if any(isinstance(g.kv_cache_spec, MambaSpec) and g.kv_cache_spec.mamba_cache_mode != "align"
+           for g in kv_cache_config.kv_cache_groups):
+        raise ValueError("kv_connector: CPU offload beside a mamba group not in 'align' mode is "
+                         "not implemented by the twin; use mamba_cache_mode 'align' or drop the "
+                         "connector")

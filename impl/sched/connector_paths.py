@@ -24,7 +24,7 @@ from collections import deque
 
 from mypy_extensions import trait
 
-from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
+from impl.connector.cpu_offload import SimpleCPUOffloadScheduler, check_offload_supported
 from impl.connector.multi import MultiConnectorScheduler
 from impl.connector.nixl import NixlConnectorScheduler
 from impl.connector.nixl_push import NixlPushConnectorScheduler
@@ -78,7 +78,7 @@ class ConnectorPaths(BlockFrees):
         elif settings is not None:
             self.recompute_kv_load_failures = settings.load_failure_policy == "recompute"
             if config.enable_prefix_caching:
-                check_offload_supported(config, kv_cache_config)
+                check_offload_supported(kv_cache_config)
                 cpu_tier = SimpleCPUOffloadScheduler(
                     settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
                     max_num_batched_tokens=config.max_num_batched_tokens,
@@ -301,13 +301,3 @@ class ConnectorPaths(BlockFrees):
     def _free_blocks(self, request: Request) -> None:
         self._free_request_blocks(request)
         del self.requests[request.request_id]
-
-
-def check_offload_supported(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
-    """Configurations the twin's offload tier does not model, refused with the field to fix."""
-    if any(isinstance(g.kv_cache_spec, MambaSpec) and g.kv_cache_spec.mamba_cache_mode != "align"
-           for g in kv_cache_config.kv_cache_groups):
-        raise ValueError("kv_connector: CPU offload beside a mamba group not in 'align' mode is "
-                         "not implemented by the twin; use mamba_cache_mode 'align' or drop the "
-                         "connector")
-
