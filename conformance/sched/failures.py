@@ -59,6 +59,11 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
     # one block) whose boundary lies past the request's own max_offload_tokens: the store
     # asserts the boundary is within what the request may offload instead of skipping it.
     "offloading-partial-tail-past-cap": UpstreamCheck(("assert boundary <= max_boundary",)),
+    # The CPU offload tier with KV events on, hashes finer than the block: a request
+    # finishing on max_tokens with drafts scheduled past its last token has its last block
+    # confirmed; capturing that block's sub-block payloads indexes past the request's hashes.
+    "cpu-event-hashes-past-request": UpstreamCheck(
+        ("request.block_hashes[hash_idx], g",), raises="IndexError"),
     # Under DCP, a request reporting its KV events in full mode that hits: the reused-block
     # events view the scheduler-block hashes at the per-rank block size.
     "dcp-reused-block-events": UpstreamCheck(("assert block_size % hash_block_size == 0",)),

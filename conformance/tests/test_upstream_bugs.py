@@ -287,3 +287,14 @@ def test_a_partial_tail_past_the_offload_cap_crashes_the_offloading_connector() 
     reproducing it."""
     _both_stop_alike("offloading-partial-tail-past-cap", 2, "offloading-partial-tail-past-cap",
                      "AssertionError")
+
+
+def test_a_finishing_requests_events_past_its_hashes_crash_the_cpu_tier_032() -> None:
+    """Found by the CPU-tier mamba family (nightly profile): with KV events on and hashes
+    finer than the block, a request finishing on max_tokens with drafts scheduled past its
+    last token counts them as computed, so its last block is confirmed and stored at finish;
+    capturing that block's sub-block payloads indexes past the request's hashes (IndexError,
+    0.32.0; 0.33.0 runs on). The twin stops alike under 0.32; this test fails the day
+    upstream stops crashing, or the twin stops reproducing it."""
+    _both_stop_alike("cpu-event-hashes-past-request", 3, "cpu-event-hashes-past-request",
+                     "IndexError")

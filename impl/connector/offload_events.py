@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from impl.core.block import BlockHash, KVCacheBlock
 from impl.core.events import BlockRemoved, BlockStored, KVCacheEvent
+from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,6 +61,13 @@ def capture_block_meta(request: Request, index: int, primary: BlockHash,
     if hash_block_size == block_size:
         return metas
     fine = request.block_hashes
+    if end // hash_block_size > len(fine):
+        # A request finishing on max_tokens with drafts scheduled past its last token counts
+        # them as computed: its last block is confirmed, keyed at a sub-block boundary, over
+        # hash blocks the request never hashed. Upstream indexes past its hashes here.
+        raise ReleaseCheckFailed("cpu-event-hashes-past-request", (
+            f"{request.request_id}: block {index} ends at token {end}, past its "
+            f"{len(fine)} hash blocks of {hash_block_size}"))
     for sub in range(start // hash_block_size, end // hash_block_size):
         key = fine[sub]
         if key == primary:

@@ -7,6 +7,8 @@ full blocks), a sampled token of 7 per step (`run_step`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from impl.connector.offload_events import (
     StoredBlockMeta,
     capture_block_meta,
@@ -16,9 +18,11 @@ from impl.connector.offload_events import (
 from impl.connector.types import KVConnectorOutput, OffloadSettings
 from impl.core.block import KVCacheBlock
 from impl.core.events import BlockRemoved, BlockStored, KVCacheEvent
+from impl.core.hashing import hashes_at_block_size
 from impl.sched.scheduler import Scheduler
 from tests.sched.helpers import make_request, make_scheduler
 from tests.sched.offload_helpers import BLOCK, run_step, stores_done
+from vtwin.errors import ReleaseCheckFailed
 
 
 def events_scheduler(num_cpu_blocks: int = 32, lazy: bool = False,
@@ -166,3 +170,14 @@ def test_the_pools_evictions_are_relabelled_and_stored_events_kept() -> None:
         BlockRemoved((key,), 2, medium="CPU"), stored]
     assert on_tier([BlockRemoved((key,), 2)], "STORAGE") == [
         BlockRemoved((key,), 2, medium="STORAGE")]
+
+
+def test_a_block_past_the_requests_hashes_stops_on_upstreams_release_check() -> None:
+    """A block confirmed past the request's hashes (drafts counted as computed at a finish on
+    max_tokens) cannot have its sub-block payloads captured: 0.32 crashes there, and so does
+    the twin, on the named check (`conformance/upstream_bugs/cpu-event-hashes-past-request`)."""
+    request = make_request("a", range(10, 22), 4)  # three hash blocks of 4
+    blocks_of_8 = hashes_at_block_size(request.block_hashes, 4, 8)
+    with pytest.raises(ReleaseCheckFailed, match="'cpu-event-hashes-past-request'.*block 1 "
+                                                 "ends at token 16, past its 3 hash blocks"):
+        capture_block_meta(request, 1, request.block_hashes[2], blocks_of_8, 8, 4)
