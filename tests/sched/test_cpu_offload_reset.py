@@ -7,6 +7,8 @@ tokens (three full blocks), a sampled token of 7 per step (`run_step`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from impl.connector.cpu_offload import SimpleCPUOffloadScheduler
 from impl.connector.types import KVConnectorOutput, OffloadSettings
 from impl.core.events import AllBlocksCleared, BlockStored
@@ -20,6 +22,7 @@ from tests.sched.offload_helpers import (
     run_step,
     stores_done,
 )
+from vtwin.errors import IntegrityError
 
 EMPTY = (0, 0, 31)  # the CPU pool's (active, cached, empty) with nothing in it
 
@@ -139,3 +142,49 @@ def test_a_pending_hit_and_a_queued_finished_store_are_released_at_once() -> Non
     assert scheduler.reset_connector_cache()
     assert not connector.pending_hits and not connector.pending_finished_stores
     assert connector.cpu_counts() == EMPTY and connector.gpu_pins() == {}
+
+
+def test_lazy_mode_walks_from_the_head_again_after_a_reset() -> None:
+    """A reset forgets where lazy mode's walk over the GPU free queue stopped: the next step
+    walks from the head, and the tier copies the cached blocks about to be evicted again."""
+    scheduler = offload_scheduler(lazy=True)
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=1))
+    for _ in range(3):
+        run_step(scheduler)
+    connector = tier(scheduler)
+    assert connector.cursor is not None
+    run_step(scheduler, stores_done(0))
+    assert scheduler.reset_connector_cache()
+    assert connector.cursor is None
+    _, meta = run_step(scheduler)  # the copies were dropped: the walk copies them afresh
+    assert meta.store_event == 1 and len(meta.store_gpu_blocks) == 3
+
+
+def test_integrity_catches_a_load_both_kept_and_abandoned_or_missing_from_its_event() -> None:
+    scheduler = offload_scheduler()
+    evict_prefix_then_resend(scheduler)
+    run_step(scheduler)  # c's load is sent (event 0)
+    connector = tier(scheduler)
+    connector.check_integrity()
+    connector.abandoned_loads["c"] = connector.reqs_to_load["c"]
+    with pytest.raises(IntegrityError, match=r"loads both kept and abandoned: \['c'\]"):
+        connector.check_load_integrity()  # (the pools' own check would see the pins first)
+    del connector.abandoned_loads["c"]
+    events = connector.load_event_to_reqs
+    events[0].remove("c")
+    with pytest.raises(IntegrityError, match="load of c missing from event 0"):
+        connector.check_integrity()
+    del events[0]
+    with pytest.raises(IntegrityError, match="load of c missing from event 0"):
+        connector.check_integrity()
+
+
+def test_integrity_catches_a_store_both_in_flight_and_abandoned() -> None:
+    scheduler = offload_scheduler()
+    scheduler.add_request(make_request("a", range(10, 23), BLOCK, max_tokens=3))
+    run_step(scheduler)
+    run_step(scheduler)
+    connector = tier(scheduler)
+    connector.abandoned_stores[0] = connector.store_event_to_blocks[0]
+    with pytest.raises(IntegrityError, match="both in flight and abandoned"):
+        connector.check_load_integrity()
