@@ -86,7 +86,6 @@ class SimpleCPUOffloadScheduler(OffloadTransfers):
         if settings.lazy_offload:  # (eager: hits on hash boundaries, as on the GPU)
             self.cpu_coordinator.turn_off_sub_block_hits()
         self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool
-        self.num_cpu_blocks = settings.num_cpu_blocks
         self.block_size = self.cpu_coordinator.scheduler_block_size
         self.hash_block_size = hash_block_size
         self.group_block_sizes = [g.kv_cache_spec.block_size
