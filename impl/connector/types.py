@@ -41,6 +41,9 @@ class OffloadSettings:
         if self.num_cpu_blocks < 1:
             raise ValueError(f"kv_connector.num_cpu_blocks: must be >= 1 "
                              f"(got {self.num_cpu_blocks})")
+        if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
+                             f"(got {self.load_failure_policy!r})")
         if self.backend not in OFFLOAD_BACKENDS:
             raise ValueError("kv_connector.backend: must be 'cpu' or 'disk' "
                              f"(got {self.backend!r})")
@@ -54,9 +57,6 @@ class OffloadSettings:
     def hit_source(self) -> CacheHitSource:
         """The source its hits are counted under in the connector's prefix-cache stats."""
         return CacheHitSource.DISK if self.backend == "disk" else CacheHitSource.HOST
-        if self.load_failure_policy not in LOAD_FAILURE_POLICIES:
-            raise ValueError("kv_connector.load_failure_policy: must be 'fail' or 'recompute' "
-                             f"(got {self.load_failure_policy!r})")
 
 
 @dataclass(frozen=True, slots=True)

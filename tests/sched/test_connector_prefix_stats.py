@@ -115,9 +115,11 @@ def test_the_disk_backend_announces_its_copies_on_storage() -> None:
     assert stored == ["GPU"] + ["STORAGE"] * 3
 
 
-def test_a_bad_backend_is_refused_by_field() -> None:
+def test_a_bad_backend_or_failure_policy_is_refused_by_field() -> None:
     with pytest.raises(ValueError, match=r"kv_connector.backend: must be 'cpu' or 'disk'"):
         OffloadSettings(8, backend="nvme")
+    with pytest.raises(ValueError, match=r"kv_connector.load_failure_policy: must be 'fail'"):
+        OffloadSettings(8, load_failure_policy="retry")
 
 
 def test_a_nixl_pull_is_counted_as_read_from_the_peer() -> None:
