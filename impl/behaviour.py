@@ -139,6 +139,13 @@ class Behaviour:
     scheduled, flush a store in 0.33 only. Seen on the Hypothesis P/D family with a CPU tier
     asked second."""
 
+    offloading_sync_loads: bool
+    """0.33, the OffloadingConnector's `sync_load_budget_bytes`: a hit whose bytes still fit the
+    step's budget is loaded within the step (the worker waits for it before the forward pass),
+    so its request runs at once instead of waiting a step for its load; 0.32 has no such
+    budget (the key is ignored) and every hit loads asynchronously
+    (`impl.connector.offloading.sync_loads`)."""
+
     @property
     def switches(self) -> dict[str, bool]:
         """Every switch by name (for reports and `vtwin --version`)."""
@@ -165,6 +172,7 @@ BEHAVIOUR_0_32 = Behaviour(
     eagle_junction_block_below=False,
     offloading_notes_every_allocation=False,
     offloading_skips_chunks_with_holes=False,
+    offloading_sync_loads=False,
 )
 BEHAVIOUR_0_33 = Behaviour(
     release="0.33.0",
@@ -186,6 +194,7 @@ BEHAVIOUR_0_33 = Behaviour(
     eagle_junction_block_below=True,
     offloading_notes_every_allocation=True,
     offloading_skips_chunks_with_holes=True,
+    offloading_sync_loads=True,
 )
 DEFAULT_BEHAVIOUR = BEHAVIOUR_0_32
 FOLLOWED_RELEASES: tuple[str, ...] = ("0.32.0", "0.33.0")

@@ -77,7 +77,8 @@ def connector_config(model: KVConnectorModel | OffloadingModel | NixlModel | Mul
                                  eviction_policy=model.eviction_policy,
                                  store_threshold=model.store_threshold,
                                  offload_prompt_only=model.offload_prompt_only,
-                                 self_describing_kv_events=model.self_describing_kv_events)
+                                 self_describing_kv_events=model.self_describing_kv_events,
+                                 sync_load_budget_bytes=model.sync_load_budget_bytes)
     if isinstance(model, NixlModel):
         if model.bidirectional and model.transfer_mode == "push":
             raise fail("kv_connector.bidirectional", "upstream's push mode refuses "

@@ -124,7 +124,10 @@ class KVConnectorConfig:
     size; else a multiple of it); `eviction_policy` lru | arc; `store_threshold`: offers a
     chunk needs before it is stored (below 2: every offer); `offload_prompt_only`: store
     prompt chunks only (upstream's default); `self_describing_kv_events`: its CPU tier's KV
-    events carry each chunk's per-block hashes, tokens and parent (off by default).
+    events carry each chunk's per-block hashes, tokens and parent (off by default);
+    `sync_load_budget_bytes`: KV bytes per step loaded within the step, their requests
+    scheduled at once (0.33; 0 or 0.32: every hit loads asynchronously; the harness's model
+    takes 512 bytes per token per attention group: `docs/connectors.md`).
 
     `type` "multi": upstream's MultiConnector over `connectors` (a `nixl` and an `offloading`
     one, in either order: P/D with a CPU tier); the first that claims a request's tokens
@@ -154,6 +157,7 @@ class KVConnectorConfig:
     store_threshold: int = 0
     offload_prompt_only: bool = True
     self_describing_kv_events: bool = False
+    sync_load_budget_bytes: int = 0
     send_latency_steps: int = 1
     transfer_mode: Literal["pull", "push"] = "pull"
     bidirectional: bool = False
@@ -189,7 +193,9 @@ class KVConnectorConfig:
                     "store_threshold": self.store_threshold,
                     "offload_prompt_only": self.offload_prompt_only,
                     **({"self_describing_kv_events": True}
-                       if self.self_describing_kv_events else {}), **latency}
+                       if self.self_describing_kv_events else {}),
+                    **({"sync_load_budget_bytes": self.sync_load_budget_bytes}
+                       if self.sync_load_budget_bytes else {}), **latency}
         return {"type": self.type, "num_cpu_blocks": self.num_cpu_blocks,
                 "lazy_offload": self.lazy_offload,
                 **({"backend": "disk"} if self.backend == "disk" else {}),

@@ -97,6 +97,7 @@ class OffloadingModel(_Strict):
     store_threshold: NonNegInt = 0
     offload_prompt_only: bool = True
     self_describing_kv_events: bool = False
+    sync_load_budget_bytes: NonNegInt = 0
     load_latency_steps: NonNegInt = 1
     store_latency_steps: NonNegInt = 1
 

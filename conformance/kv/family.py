@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from workloads.model import EngineConfig, KVCacheGroup
 
+MAMBA_STATE_FLOATS = 16
+"""A mamba group's state in the harness's model: 16 float32 values (64 bytes) on both sides,
+so byte budgets computed from page sizes (0.33's sync-load budget) agree."""
+
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from conformance.kv.family import GroupShape, KVFamily
+from conformance.kv.family import MAMBA_STATE_FLOATS, GroupShape, KVFamily
 
 BlockIds = tuple[tuple[int, ...], ...]
 
@@ -183,4 +183,5 @@ def impl_spec(group: GroupShape) -> Any:
         return specs.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                                attention_chunk_size=group.window)
     return specs.MambaSpec(block_size=group.block_size, mamba_cache_mode=group.mamba_cache_mode,
-                           num_speculative_blocks=group.speculative_blocks)
+                           num_speculative_blocks=group.speculative_blocks,
+                           state_bytes=4 * MAMBA_STATE_FLOATS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.kv.family import GroupShape, KVFamily
+from conformance.kv.family import MAMBA_STATE_FLOATS, GroupShape, KVFamily
 from conformance.kv.systems import BlockIds, Hit, Snapshot, _ids
 
 
@@ -152,6 +152,7 @@ def upstream_spec(group: GroupShape) -> Any:
     if group.kind == "chunked_local":
         return k.ChunkedLocalAttentionSpec(block_size=group.block_size,
                                            attention_chunk_size=group.window, **common)
-    return k.MambaSpec(block_size=group.block_size, shapes=((16,),), dtypes=(torch.float32,),
+    return k.MambaSpec(block_size=group.block_size, shapes=((MAMBA_STATE_FLOATS,),),
+                       dtypes=(torch.float32,),
                        mamba_cache_mode=group.mamba_cache_mode,
                        num_speculative_blocks=group.speculative_blocks)

@@ -34,12 +34,14 @@ class Activity:
     errors: int = 0
     # Sub-block hits: copy-on-write pairs the steps carried.
     block_copies: int = 0
+    # The OffloadingConnector's loads finished within their step (0.33's sync-load budget).
+    sync_loads: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
         loads = stores = external = encoded = encoder_evictions = masked = errors = 0
-        copies = 0
+        copies = sync = 0
         for record in records:
             copies += len(record.block_copies)
             masked += len(record.grammar_rows)
@@ -50,6 +52,7 @@ class Activity:
             if transfers is not None:
                 loads += transfers.num_loads
                 stores += transfers.num_stores
+                sync += transfers.num_sync_loads
             external += sum(tokens for _, tokens in record.external_hits)
             preemptions += len(record.preempted)
             resumed += len(record.scheduled_resumed)
@@ -60,7 +63,7 @@ class Activity:
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
         return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
-                        external, encoded, encoder_evictions, masked, errors, copies)
+                        external, encoded, encoder_evictions, masked, errors, copies, sync)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
@@ -75,4 +78,5 @@ class Activity:
                    if self.encoded_items else {}),
                 **({"masked_rows": self.masked_rows} if self.masked_rows else {}),
                 **({"errors": self.errors} if self.errors else {}),
-                **({"block_copies": self.block_copies} if self.block_copies else {})}
+                **({"block_copies": self.block_copies} if self.block_copies else {}),
+                **({"sync_loads": self.sync_loads} if self.sync_loads else {})}

@@ -67,6 +67,11 @@ UPSTREAM_CHECKS: Mapping[str, UpstreamCheck] = {
     # Under DCP, a request reporting its KV events in full mode that hits: the reused-block
     # events view the scheduler-block hashes at the per-rank block size.
     "dcp-reused-block-events": UpstreamCheck(("assert block_size % hash_block_size == 0",)),
+    # 0.33's sync loads beside a mamba 'align' group: the allocation that adopts the loaded
+    # hit also schedules new tokens, the count allows one new state block per call and the
+    # call takes two (the hit's and the new one's); on a pool that tight the pool runs dry.
+    "sync-load-blocks-undercounted": UpstreamCheck(
+        ("Cannot get {num_blocks} free blocks from the pool",), raises="ValueError"),
 }
 """Check name -> how upstream stops on it."""
 

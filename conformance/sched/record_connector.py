@@ -155,10 +155,10 @@ def connector_fields(data: dict[str, Any]) -> dict[str, Any]:
 def _job_json(job: OffloadJob) -> dict[str, Any]:
     return {"job_id": job.job_id, "req_id": job.req_id, "gpu_blocks": list(job.gpu_blocks),
             "group_sizes": list(job.group_sizes), "block_indices": list(job.block_indices),
-            "cpu_slots": list(job.cpu_slots)}
+            "cpu_slots": list(job.cpu_slots), **({"sync": True} if job.sync else {})}
 
 
 def _job_of(data: dict[str, Any]) -> OffloadJob:
     return OffloadJob(data["job_id"], data["req_id"], tuple(data["gpu_blocks"]),
                       tuple(data["group_sizes"]), tuple(data["block_indices"]),
-                      tuple(data["cpu_slots"]))
+                      tuple(data["cpu_slots"]), sync=bool(data.get("sync", False)))

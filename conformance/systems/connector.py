@@ -109,16 +109,18 @@ def transfers_of(meta: Any) -> Transfers | JobTransfers | None:
 
 def _job(job_id: int, job: Any, *, load: bool) -> OffloadJob:
     """A job of either side: the twin's carries `gpu` and `cpu_slots`; upstream's carries a
-    GPU spec and a CPU spec as `src_spec` / `dst_spec` (GPU -> CPU for a store)."""
+    GPU spec and a CPU spec as `src_spec` / `dst_spec` (GPU -> CPU for a store). `sync`: a
+    load finished within its step (0.33's jobs carry the flag; 0.32's jobs have none)."""
     if hasattr(job, "gpu"):
         gpu = job.gpu
         return OffloadJob(job_id, job.req_id, gpu.block_ids, gpu.group_sizes,
-                          gpu.block_indices, job.cpu_slots)
+                          gpu.block_indices, job.cpu_slots, sync=job.sync)
     gpu, cpu = (job.dst_spec, job.src_spec) if load else (job.src_spec, job.dst_spec)
     return OffloadJob(job_id, job.req_id, tuple(int(b) for b in gpu.block_ids),
                       tuple(int(n) for n in gpu.group_sizes),
                       tuple(int(i) for i in gpu.block_indices),
-                      tuple(int(b) for b in cpu.block_ids))
+                      tuple(int(b) for b in cpu.block_ids),
+                      sync=bool(getattr(job, "sync", False)))
 
 
 def pool_counts(pool: Any) -> BlockCounts:
@@ -213,7 +215,8 @@ def offload_settings(config: EngineConfig) -> Any:
         return OffloadingSettings(c.num_cpu_chunks, blocks_per_chunk(config),
                                   c.eviction_policy, c.store_threshold,
                                   offload_prompt_only=c.offload_prompt_only,
-                                  self_describing_kv_events=c.self_describing_kv_events)
+                                  self_describing_kv_events=c.self_describing_kv_events,
+                                  sync_load_budget_bytes=c.sync_load_budget_bytes)
     return OffloadSettings(c.num_cpu_blocks, c.lazy_offload, c.load_failure_policy, c.backend)
 
 
@@ -287,7 +290,10 @@ def _offloading_extra(config: EngineConfig) -> dict[str, Any]:
             "eviction_policy": c.eviction_policy,
             "store_threshold": c.store_threshold,
             "offload_prompt_only": c.offload_prompt_only,
-            "self_describing_kv_events": c.self_describing_kv_events}
+            "self_describing_kv_events": c.self_describing_kv_events,
+            # (0.32 reads no such key; 0.33 loads hits within the budget in the step)
+            **({"sync_load_budget_bytes": c.sync_load_budget_bytes}
+               if c.sync_load_budget_bytes else {})}
 
 
 def kv_cache_tensors_for(config: EngineConfig) -> list[Any]:

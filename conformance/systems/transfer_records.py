@@ -43,12 +43,15 @@ class Transfers:
     def num_stored_blocks(self) -> int:
         return len(self.store_blocks)
 
+    num_sync_loads = 0  # (the CPU tier loads between steps only)
+
 
 @dataclass(frozen=True, slots=True)
 class OffloadJob:
     """One OffloadingConnector transfer job: its id, request, GPU blocks (group after group,
     `group_sizes` per group, starting at `block_indices` in each group's table) and CPU chunk
-    slots (a load's sources, a store's destinations)."""
+    slots (a load's sources, a store's destinations). `sync`: a load the worker finishes before
+    the step runs (its request runs in that step: 0.33's `sync_load_budget_bytes`)."""
 
     job_id: int
     req_id: str
@@ -56,6 +59,7 @@ class OffloadJob:
     group_sizes: tuple[int, ...]
     block_indices: tuple[int, ...]
     cpu_slots: tuple[int, ...]
+    sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,10 @@ class JobTransfers:
     @property
     def num_stored_blocks(self) -> int:
         return sum(len(job.gpu_blocks) for job in self.store_jobs)
+
+    @property
+    def num_sync_loads(self) -> int:
+        return sum(1 for job in self.load_jobs if job.sync)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,8 @@ class RemoteTransfers:
     def num_stored_blocks(self) -> int:
         return 0
 
+    num_sync_loads = 0  # (a pull always lands between steps)
+
 
 @dataclass(frozen=True, slots=True)
 class MultiTransfers:
@@ -153,6 +163,10 @@ class MultiTransfers:
     @property
     def num_stored_blocks(self) -> int:
         return self.remote.num_stored_blocks + self.jobs.num_stored_blocks
+
+    @property
+    def num_sync_loads(self) -> int:
+        return self.jobs.num_sync_loads
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,3 +77,40 @@ def test_dcp_runs_with_the_cpu_tiers_and_not_with_p_d() -> None:
     for mode in OFFLOAD_MODES:
         reason = left_out("dcp-hybrid-mamba", mode)
         assert (reason is not None) == mode.startswith("pd"), mode
+
+
+def test_the_arc_mode_loads_small_hits_within_the_step_under_0_33(pair: Pair) -> None:
+    """The `offloading-arc` mode's sync-load budget: under 0.33 some of multi-turn's CPU hits
+    load within their step (the job says so, the request runs at once), others still load
+    asynchronously; 0.32 reads no budget and loads every hit asynchronously."""
+    workload = with_offload(SUITE["multi-turn"].make(), "offloading-arc")
+    result = run_lockstep(workload, pair.twin, pair.reference)
+    assert result.error is None and result.divergence_at("exact") is None
+    activity = result.activity
+    if pair.system.endswith("0.33.0"):
+        assert 0 < activity.sync_loads < activity.loads, activity
+    else:
+        assert activity.sync_loads == 0 < activity.loads, activity
+
+
+def test_a_sync_load_beside_mamba_overdraws_the_pool_0_33(pair: Pair) -> None:
+    """`conformance/upstream_bugs/offloading-sync-load-mamba-undercount-0.33.jsonl`: 0.33's
+    sync load beside a mamba 'align' group, new tokens scheduled in the same allocation, a
+    pool exactly as tight as the count: upstream runs the pool dry and dies (ValueError), the
+    twin stops alike on its release check. 0.32 has no sync loads and runs to the end. This
+    test fails the day 0.33's count takes the loaded state's block into account, or the twin
+    stops reproducing it."""
+    from conformance.paths import HARNESS_DIR
+    from workloads.loader import load_file
+
+    workload = load_file(HARNESS_DIR / "upstream_bugs"
+                         / "offloading-sync-load-mamba-undercount-0.33.jsonl")
+    result = run_lockstep(workload, pair.twin, pair.reference)
+    assert result.error is None and result.divergence_at("exact") is None
+    if pair.system.endswith("0.33.0"):
+        assert result.same_failure is not None and result.steps == 15
+        assert "release check 'sync-load-blocks-undercounted'" in result.same_failure
+        assert "upstream raises ValueError" in result.same_failure
+    else:
+        assert result.same_failure is None and result.activity.sync_loads == 0
+        assert result.left_series.active[-1] == 0

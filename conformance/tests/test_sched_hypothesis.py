@@ -93,10 +93,11 @@ def test_generated_offload_workloads_match_upstream_exactly(pair: Pair,
 def test_generated_offloading_workloads_match_upstream_exactly(pair: Pair,
                                                                workload: Workload) -> None:
     """Upstream's OffloadingConnector on (`strategies.offload.offloading_workloads`): steered
-    toward loads from the CPU, external hits and preemptions (which flush stores)."""
+    toward loads from the CPU, external hits, preemptions (which flush stores) and, under
+    0.33, loads finished within their step (the sync-load budget)."""
     _steered_exact(pair, workload, lambda a: {
         "loads": a.loads, "external hits": min(a.external_hit_tokens, 512),
-        "preemptions": a.preemptions})
+        "preemptions": a.preemptions, "sync loads": a.sync_loads})
 
 
 @given(offload_workloads(mamba_align=True))
@@ -116,7 +117,7 @@ def test_generated_mamba_offloading_workloads_match_upstream_exactly(
     stored by block, hits end on a mamba chunk and load one state (`strategies.offload`)."""
     _steered_exact(pair, workload, lambda a: {
         "loads": a.loads, "external hits": min(a.external_hit_tokens, 512),
-        "preemptions": a.preemptions})
+        "preemptions": a.preemptions, "sync loads": a.sync_loads})
 
 
 @given(pd_workloads())

@@ -68,7 +68,9 @@ class OffloadingSettings:
     `store_threshold`: offers a chunk needs before it is stored (below 2: every offer).
     `offload_prompt_only`: store prompt chunks only (upstream's default).
     `self_describing_kv_events`: with KV events on, announce each chunk's per-block hashes,
-    tokens and parent (`impl.connector.offloading.events`)."""
+    tokens and parent (`impl.connector.offloading.events`). `sync_load_budget_bytes`: KV bytes
+    per step (per worker) loaded within the step instead of asynchronously (0: none; 0.33
+    only, `impl.connector.offloading.sync_loads`)."""
 
     num_cpu_chunks: int
     blocks_per_chunk: int = 1
@@ -77,11 +79,15 @@ class OffloadingSettings:
     max_tracker_size: int = 64_000
     offload_prompt_only: bool = True
     self_describing_kv_events: bool = False
+    sync_load_budget_bytes: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_cpu_chunks", "blocks_per_chunk", "max_tracker_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"kv_connector.{name}: must be >= 1 (got {getattr(self, name)})")
+        if self.sync_load_budget_bytes < 0:
+            raise ValueError("kv_connector.sync_load_budget_bytes: must be >= 0 "
+                             f"(got {self.sync_load_budget_bytes})")
         if self.eviction_policy not in ("lru", "arc"):
             raise ValueError("kv_connector.eviction_policy: must be 'lru' or 'arc' "
                              f"(got {self.eviction_policy!r})")

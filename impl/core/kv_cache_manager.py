@@ -13,40 +13,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impl.core.block import KVCacheBlock
-from impl.core.coordinator import PerGroupBlocks, get_kv_cache_coordinator
+from impl.core.coordinator import get_kv_cache_coordinator
 from impl.core.events import KVCacheEvent
 from impl.core.full_attention import FullAttentionManager
+from impl.core.kv_cache_blocks import KVCacheBlocks
 from impl.core.lagging_hits import lagging_hit
 from impl.core.mamba_align import MambaAlignManager
 from impl.core.mamba_boundaries import BoundaryState
 from impl.core.partial_hits import truncate_hit
 from impl.core.prefix_stats import PrefixCacheStats
 from impl.core.specs import KVCacheConfig
+from vtwin.errors import ReleaseCheckFailed
 
 if TYPE_CHECKING:
     from impl.sched.request import Request
-
-
-class KVCacheBlocks:
-    """One allocation result: a list of blocks per KV-cache group (treat as read-only)."""
-
-    __slots__ = ("blocks",)
-
-    def __init__(self, blocks: PerGroupBlocks) -> None:
-        self.blocks = blocks
-
-    def get_block_ids(self) -> tuple[list[int], ...]:
-        return tuple([block.block_id for block in group] for group in self.blocks)
-
-    def get_block_ids_or_none(self) -> tuple[list[int], ...] | None:
-        """Block ids per group, or None when no group got any block."""
-        for group in self.blocks:
-            if group:
-                return self.get_block_ids()
-        return None
-
-    def __repr__(self) -> str:
-        return f"KVCacheBlocks({self.get_block_ids()})"
 
 
 class KVCacheManager:
@@ -215,8 +195,18 @@ class KVCacheManager:
             if num_external_computed_tokens > 0:
                 coordinator.allocate_external_computed_blocks(
                     request.request_id, num_local_computed, num_external_computed_tokens)
-        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
-                                                     num_tokens_main, num_encoder_tokens)
+        try:
+            new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
+                                                         num_tokens_main, num_encoder_tokens)
+        except ValueError as err:
+            if num_external_computed_tokens and num_new_tokens:
+                raise ReleaseCheckFailed("sync-load-blocks-undercounted", (
+                    f"{request.request_id}'s sync load of {num_external_computed_tokens} tokens, "
+                    f"{num_new_tokens} more scheduled in the same allocation, overdraws the pool "
+                    f"({err}): a mamba 'align' group counts one state block per call and this "
+                    "call takes two, the hit's and the new one's")) from err
+            raise
+
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(num_tokens_main, request.num_tokens))
         return KVCacheBlocks(new_blocks)

@@ -132,6 +132,7 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 if self.prefix_replay_tokens and not hit_worth_replaying(
                         num_computed, self.prefix_replay_tokens):
                     hits, num_hit, num_computed = kv.empty_blocks(), 0, 0
+                    num_external, load_async = 0, False
                     lookup = (lookup[0], 0)
             else:
                 hits, num_hit, num_computed = kv.empty_blocks(), 0, request.num_computed_tokens
@@ -161,7 +162,8 @@ class Admission(SchedulerUpdates, AdmissionRules):
             if num_new <= 0:
                 self._fail_empty_admission(request, num_computed)
             if self.mamba_split is not None:
-                if not (num_new := self.mamba_split.clip(request, num_new, num_hit)):
+                if not (num_new := self.mamba_split.clip(request, num_new,
+                                                         num_hit + num_external)):
                     break  # no block-aligned chunk fits: admission stops
                 if pad and num_new != 1 + self.num_spec_tokens:
                     num_new, pad = 1, 0  # the split cut the padded rows: unpadded instead
@@ -175,8 +177,10 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 self.deferred_waiting.add(request.request_id)
                 continue
             # Replayed tokens already have their (hit) slots: only those past the hit need any.
+            # (a sync load's tokens, `num_external`, count as computed: hashed at allocation)
             blocks = kv.allocate_slots(request, max(num_new - num_replay, 0), num_hit, hits,
                                        num_lookahead_tokens=self.num_lookahead_tokens,
+                                       num_external_computed_tokens=num_external,
                                        full_sequence_must_fit=config.scheduler_reserve_full_isl,
                                        num_encoder_tokens=self.encoder_tokens(plan, request))
             if blocks is None:
@@ -185,7 +189,9 @@ class Admission(SchedulerUpdates, AdmissionRules):
                 break
             if self.connector is not None:
                 self.connector.update_state_after_alloc(request, kv.get_blocks(
-                    request.request_id), 0)
+                    request.request_id), num_external)
+                if num_external:  # loaded within the step
+                    self.step_external_hits.append((request.request_id, num_external))
             self._record_connector_lookup(request, *lookup)
             if request.num_computed_tokens == 0:  # only admitted lookups count
                 kv.record_prefix_cache_stats(request, num_hit)

@@ -28,10 +28,8 @@ from impl.connector.cpu_offload import SimpleCPUOffloadScheduler, check_offload_
 from impl.connector.multi import MultiConnectorScheduler
 from impl.connector.nixl import NixlConnectorScheduler
 from impl.connector.nixl_push import NixlPushConnectorScheduler
-from impl.connector.offloading.scheduler import (
-    OffloadingConnectorScheduler,
-    check_offloading_supported,
-)
+from impl.connector.offloading.scheduler import OffloadingConnectorScheduler
+from impl.connector.offloading.windows import check_offloading_supported
 from impl.connector.protocol import SchedulerConnector
 from impl.connector.types import (
     FinishedTransfer,

@@ -175,7 +175,8 @@ def test_presets_by_release() -> None:
                                        "eagle_lookahead_block_hashes": True,
                                        "eagle_junction_block_below": True,
                                        "offloading_skips_chunks_with_holes": True,
-                                       "offloading_notes_every_allocation": True}
+                                       "offloading_notes_every_allocation": True,
+                                       "offloading_sync_loads": True}
     assert not any(BEHAVIOUR_0_32.switches.values())
     with pytest.raises(ValueError, match=r"follows vLLM 0\.32\.0, 0\.33\.0, not '0\.19\.1'"):
         behaviour_for("0.19.1")

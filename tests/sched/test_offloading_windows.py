@@ -9,10 +9,8 @@ import pytest
 
 from impl.connector.offloading.jobs import OffloadingMetadata
 from impl.connector.offloading.keys import LookupResult
-from impl.connector.offloading.scheduler import (
-    check_offloading_supported,
-)
 from impl.connector.offloading.windows import (
+    check_offloading_supported,
     load_window,
     store_mask,
     window_in_chunks,

@@ -148,6 +148,10 @@ def offloading_workloads(draw: Any, max_requests: int = 10,
         store_threshold=draw(st.sampled_from([0, 2, 3]), label="store threshold"),
         offload_prompt_only=draw(st.booleans(), label="prompt only"),
         self_describing_kv_events=draw(st.booleans(), label="self-describing events"),
+        # (0.33: hits within the step's budget load in the step; 16 KiB: 32 tokens of one
+        # group; 1 GiB: every hit that leaves a token to compute)
+        sync_load_budget_bytes=draw(st.sampled_from([0, 16_384, 65_536, 1 << 20, 1 << 30]),
+                                    label="sync load budget"),
         load_latency_steps=draw(st.integers(0, 3), label="load latency"),
         store_latency_steps=draw(st.integers(0, 3), label="store latency"),
     )

@@ -102,7 +102,9 @@ def pd_workloads(draw: Any, max_requests: int = 10, mamba_align: bool = False) -
             "offloading", num_cpu_chunks=draw(st.sampled_from([4, 16, 64]), label="cpu chunks"),
             load_latency_steps=draw(st.integers(0, 3), label="cpu load latency"),
             store_latency_steps=draw(st.integers(0, 3), label="cpu store latency"),
-            self_describing_kv_events=draw(st.booleans(), label="self-describing events"))
+            self_describing_kv_events=draw(st.booleans(), label="self-describing events"),
+            sync_load_budget_bytes=draw(st.sampled_from([0, 1 << 20]),
+                                        label="sync load budget"))
         connector = KVConnectorConfig("multi", connectors=(
             (cpu, connector) if tier == "first" else (connector, cpu)))
     requests = tuple(_with_part(draw, r, bidirectional) for r in workload.requests)

@@ -128,7 +128,8 @@ class JobBook:
     def check_integrity(self) -> None:
         """The manager's own check (its whole walk every `FULL_WALK_EVERY` calls, its counters
         between), then every job belongs to a known request that lists it, a request has one
-        load or only stores, the watched and loading sets match the jobs in flight, and the
+        asynchronous load alone or stores (beside a sync load: `sync_loads`), the watched and
+        loading sets match the jobs in flight, and the
         reset fence holds only jobs made before the reset that still owe reports."""
         walk = self.integrity_calls % FULL_WALK_EVERY == 0
         self.integrity_calls += 1
@@ -138,11 +139,13 @@ class JobBook:
             self.manager.check_counts()
         listed: set[int] = set()
         for req_id, state in self.requests.items():
-            loads = [j for j in state.jobs if j in self.jobs and not self.jobs[j].is_store]
+            loads = [j for j in state.jobs if j in self.jobs and not self.jobs[j].is_store
+                     and not self.jobs[j].is_sync_load]
             if (not state.jobs <= self.jobs.keys() or (loads and len(state.jobs) > 1)
                     or any(self.jobs[j].req_id != req_id for j in state.jobs)):
                 raise IntegrityError(f"offloading: {req_id}'s jobs {sorted(state.jobs)} are "
-                                     "unknown, another request's, or mix a load with others")
+                                     "unknown, another request's, or mix an async load with "
+                                     "others")
             listed |= state.jobs
         if listed != self.jobs.keys():
             raise IntegrityError(f"offloading: jobs {sorted(self.jobs.keys() ^ listed)} are "
@@ -156,8 +159,8 @@ class JobBook:
             raise IntegrityError(f"offloading: the reset fence {self.reset_fence} holds a job "
                                  "made after the reset, or owes no report")
         if self.chunks_being_loaded is not None:
-            loading = {key for status in self.jobs.values() if not status.is_store
-                       for key in status.keys}
+            loading = {key for status in self.jobs.values()
+                       if not status.is_store and not status.is_sync_load for key in status.keys}
             if loading != self.chunks_being_loaded:
                 raise IntegrityError("offloading: the chunks being loaded are not those of "
                                      "the loads in flight")

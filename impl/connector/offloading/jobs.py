@@ -26,11 +26,13 @@ class GPUBlocks:
 
 @dataclass(frozen=True, slots=True)
 class TransferJob:
-    """One load (CPU slots -> GPU blocks) or store (GPU blocks -> CPU slots) of a request."""
+    """One load (CPU slots -> GPU blocks) or store (GPU blocks -> CPU slots) of a request.
+    `sync`: a load the worker finishes before the step runs (`sync_loads`)."""
 
     req_id: str
     gpu: GPUBlocks
     cpu_slots: tuple[int, ...]
+    sync: bool = False
 
 
 @dataclass(slots=True)
@@ -41,12 +43,13 @@ class JobStatus:
     the GPU blocks of full-attention groups a store reads, watched for reuse only once its
     request has finished (until then the request's own references keep them); `fence`: those
     of windowed groups, watched from the start (a window frees its blocks while the request
-    runs)."""
+    runs). `is_sync_load`: a load finished within its step, which stores may sit beside."""
 
     req_id: str
     pending_workers: int
     keys: set[OffloadKey]
     is_store: bool
+    is_sync_load: bool = False
     deferred_fence: tuple[int, ...] = ()
     fence: tuple[int, ...] = ()
 

@@ -29,7 +29,7 @@ bookkeeping and resets.
 Full-attention, sliding-window, chunked-local and mamba 'align' groups are twinned (windowed
 lookups and sparse stores: `windows`; a mamba state is stored by the block the cache offers,
 `stores`; with hashes finer than the block, a state inside a block too: `partial_tails`);
-mamba in another mode is not (`check_offloading_supported` says so), nor EAGLE/MTP drafter
+mamba in another mode is not (`windows.check_offloading_supported` says so), nor EAGLE/MTP drafter
 groups (the workload format has no drafter with a connector), nor tiering backends (they need
 their storage services).
 A request's own caps (`OffloadLimits`: upstream's `max_load_tokens` and `max_offload_tokens`
@@ -55,9 +55,9 @@ from impl.connector.offloading.manager import CPUOffloadingManager
 from impl.connector.offloading.partial_tails import PartialTails, partial_tail_tokens
 from impl.connector.offloading.request_state import GroupShape, RequestOffload
 from impl.connector.offloading.stores import StoreOffers
+from impl.connector.offloading.sync_loads import SyncLoads, kv_bytes_per_token
 from impl.connector.offloading.tables import BlockTables
 from impl.connector.offloading.windows import (
-    is_offloadable,
     mamba_align_tokens,
     window_in_chunks,
 )
@@ -75,19 +75,6 @@ if TYPE_CHECKING:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def check_offloading_supported(kv_cache_config: KVCacheConfig, hash_block_size: int) -> None:
-    """Configurations the twin's OffloadingConnector does not model, refused by field."""
-    for index, group in enumerate(kv_cache_config.kv_cache_groups):
-        if not is_offloadable(group.kv_cache_spec):
-            raise ValueError(f"kv_connector: the OffloadingConnector with a "
-                             f"{group.kv_cache_spec.type_id} group (group {index}) is not "
-                             "implemented by the twin; full-attention, sliding-window, "
-                             "chunked-local and mamba 'align' groups are")
-        if group.kv_cache_spec.block_size % hash_block_size:
-            raise ValueError(f"kv_connector: group {index}'s block size is not a multiple of "
-                             f"hash_block_size {hash_block_size}")
 
 
 def _alignment_tokens(shapes: tuple[GroupShape, ...]) -> int | None:
@@ -129,6 +116,9 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
             max_tracker_size=settings.max_tracker_size, behaviour=behaviour)
         self.events = ConnectorEvents(settings.self_describing_kv_events and enable_events)
         self.requests: dict[str, RequestOffload] = {}
+        self.sync_loads = SyncLoads(
+            settings.sync_load_budget_bytes if behaviour.offloading_sync_loads else 0,
+            kv_bytes_per_token(kv_cache_config))
         super().__init__(enable_prefix_caching)
 
     # -- requests arriving and leaving -----------------------------------------------------
@@ -157,7 +147,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
     def get_num_new_matched_tokens(self, request: Request,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         """Tokens past the local hit the CPU tier can load (None: ask again next step), and
-        whether they load asynchronously (whenever there are any)."""
+        whether they load asynchronously (whenever there are any, unless the step's sync-load
+        budget takes them: `sync_loads`)."""
         state = self.requests[request.request_id]
         restart = self.behaviour.offloading_lookup_restarts_stores
         for group in state.groups:
@@ -169,7 +160,9 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         state.extend_keys(self.shapes)
         state.num_local_tokens = num_computed_tokens
         hit: int | None = 0 if request.skip_reading_prefix_cache else self._lookup(state)
-        return hit, bool(hit)
+        sync = self.sync_loads.reserve(request.request_id, num_computed_tokens, hit,
+                                       request.num_tokens)
+        return hit, bool(hit) and not sync
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:
@@ -185,6 +178,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
                     self.batch_allocated.update(b.block_id for b in table if b.block_id != 0)
             return
         state = self.requests[request.request_id]
+        sync = request.request_id in self.sync_loads.requests
         num_local = state.num_local_tokens
         num_cached = num_local + num_external_tokens
         tail = state.partial_tail_boundary  # (== num_cached when set)
@@ -199,7 +193,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
             num_blocks = _cdiv(num_cached, shape.tokens_per_block)
             start = num_blocks
             for index in range(_cdiv(num_local, shape.tokens_per_block), num_blocks):
-                if not table[index].is_null and table[index].block_hash is None:
+                # (a sync load's blocks are hashed at allocation: the first one past the hit)
+                if not table[index].is_null and (sync or table[index].block_hash is None):
                     start = index  # the first block the load fills
                     break
             num_chunks = _cdiv(num_cached, shape.tokens_per_chunk)
@@ -218,10 +213,11 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         job_id = self._new_job_id()
         self.batch_loads[job_id] = TransferJob(
             request.request_id, GPUBlocks(tuple(block_ids), tuple(sizes), tuple(starts)),
-            tuple(slots))
+            tuple(slots), sync=sync)
         state.jobs.add(job_id)
-        self.jobs[job_id] = JobStatus(request.request_id, 1, set(keys), is_store=False)
-        if self.chunks_being_loaded is not None:
+        self.jobs[job_id] = JobStatus(request.request_id, 1, set(keys), is_store=False,
+                                      is_sync_load=sync)
+        if self.chunks_being_loaded is not None and not sync:  # done before the step runs
             self.chunks_being_loaded.update(keys)
         state.partial_tail_boundary = None
 
@@ -236,7 +232,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         for req_id in output.preempted_req_ids or ():
             state = self.requests.get(req_id)
             if state is not None:
-                self.batch_flush.update(state.jobs)  # only stores: a load is never preempted
+                # stores (and a sync load, done by then): an async load is never preempted
+                self.batch_flush.update(state.jobs)
         if self.watched_blocks and not self.watched_blocks.keys().isdisjoint(
                 self.batch_allocated):
             for block_id in self.batch_allocated:
@@ -255,6 +252,7 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
             if not state.jobs:
                 del self.requests[req_id]
         self.batch_loads = {}
+        self.sync_loads.end_step()
         self.batch_flush = set()
         self.batch_allocated = set()
         return meta
@@ -270,7 +268,8 @@ class OffloadingConnectorScheduler(Lookups, StoreOffers, PartialTails, BlockTabl
         between them, while jobs were in flight at the first (whose flushes wait for the next
         step), stops the engine. The twin stops alike (`conformance/upstream_bugs/
         offloading-double-reset-assert.jsonl`)."""
-        if self.batch_loads or self.batch_flush or self.batch_allocated:
+        if (self.batch_loads or self.batch_flush or self.batch_allocated
+                or self.sync_loads.requests):
             raise ReleaseCheckFailed("offloading-reset-mid-step", (
                 f"the connector's cache is reset with {len(self.batch_flush)} flushes, "
                 f"{len(self.batch_loads)} loads and {len(self.batch_allocated)} allocated "

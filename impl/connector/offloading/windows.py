@@ -30,6 +30,7 @@ from impl.connector.offloading.keys import LookupResult, OffloadKey
 from impl.core.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
+    KVCacheConfig,
     KVCacheSpec,
     MambaSpec,
     SlidingWindowSpec,
@@ -53,6 +54,19 @@ def is_offloadable(spec: KVCacheSpec) -> bool:
     if isinstance(spec, MambaSpec):
         return spec.mamba_cache_mode == "align"
     return isinstance(spec, FullAttentionSpec | ChunkedLocalAttentionSpec)
+
+
+def check_offloading_supported(kv_cache_config: KVCacheConfig, hash_block_size: int) -> None:
+    """Configurations the twin's OffloadingConnector does not model, refused by field."""
+    for index, group in enumerate(kv_cache_config.kv_cache_groups):
+        if not is_offloadable(group.kv_cache_spec):
+            raise ValueError(f"kv_connector: the OffloadingConnector with a "
+                             f"{group.kv_cache_spec.type_id} group (group {index}) is not "
+                             "implemented by the twin; full-attention, sliding-window, "
+                             "chunked-local and mamba 'align' groups are")
+        if group.kv_cache_spec.block_size % hash_block_size:
+            raise ValueError(f"kv_connector: group {index}'s block size is not a multiple of "
+                             f"hash_block_size {hash_block_size}")
 
 
 def window_in_chunks(spec: KVCacheSpec, tokens_per_chunk: int) -> int | None:
