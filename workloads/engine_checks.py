@@ -138,6 +138,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         log_iteration_details=model.log_iteration_details,
         per_request_spec_decode_metrics=model.per_request_spec_decode_metrics,
         spec_method=model.spec_method,
+        mtp_modules=model.mtp_modules,
         decode_context_parallel_size=model.decode_context_parallel_size,
     )
 

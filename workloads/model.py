@@ -19,7 +19,7 @@ from workloads.pd import KVTransferSpec, PDPairSpec
 from workloads.streaming import StreamChunk
 
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
-SpecMethod = Literal["ngram", "eagle"]
+SpecMethod = Literal["ngram", "eagle", "mtp"]
 KVCacheGroupType = Literal["full", "sliding_window", "chunked_local", "mamba", "reference_window",
                            "circular_buffer", "cross_attention"]
 MambaCacheMode = Literal["none", "align"]
@@ -227,7 +227,11 @@ class EngineConfig:
     stores the same tails. Other values are not modelled.
     `spec_method` "eagle": the drafter is an EAGLE head (it writes the KV of the token after
     each chunk, so prefix hits give up their last block; `num_lookahead_tokens` is then
-    `num_spec_tokens`); "ngram" (the default) drafts by prompt lookup.
+    `num_spec_tokens`); "mtp": the model's own multi-token-prediction modules, EAGLE's family,
+    `mtp_modules` of them (upstream's `num_nextn_predict_layers`): with more than one (and
+    more than one draft token) the chain reads `num_spec_tokens` prompt tokens past each
+    chunk, so no chunk ends that close to the prefill's end and the last `num_spec_tokens - 1`
+    computed tokens are not indexed yet; "ngram" (the default) drafts by prompt lookup.
     `decode_context_parallel_size` N > 1 (DCP) shards each sequence's KV over N ranks by token
     position, so one scheduler block of an attention group spans `block_size` x N tokens
     (`impl.core.context_parallel`).
@@ -265,6 +269,7 @@ class EngineConfig:
     # Upstream's per_request_spec_decode_metrics: none | summary | detailed.
     per_request_spec_decode_metrics: SpecMetricsLevel = "none"
     spec_method: SpecMethod = "ngram"
+    mtp_modules: int = 1  # spec_method "mtp": the draft model's MTP modules
     decode_context_parallel_size: int = 1
 
     @property
@@ -326,6 +331,7 @@ class EngineConfig:
             **({"per_request_spec_decode_metrics": self.per_request_spec_decode_metrics}
                if self.per_request_spec_decode_metrics != "none" else {}),
             **({"spec_method": self.spec_method} if self.spec_method != "ngram" else {}),
+            **({"mtp_modules": self.mtp_modules} if self.mtp_modules != 1 else {}),
             **({"prefix_cache_retention_interval": self.prefix_cache_retention_interval}
                if self.prefix_cache_retention_interval is not None else {}),
             **({"long_prefill_token_threshold_adaptive": True}

@@ -192,7 +192,8 @@ class EngineConfigModel(_Strict):
     data_parallel: bool = False
     log_iteration_details: bool = False
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = "none"
-    spec_method: Literal["ngram", "eagle"] = "ngram"
+    spec_method: Literal["ngram", "eagle", "mtp"] = "ngram"
+    mtp_modules: PosInt = 1
     decode_context_parallel_size: PosInt = 1
 
 

@@ -129,6 +129,20 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                "tokens): every prefix hit gives up its last block",
                _variant("multi-turn", "eagle-multi-turn", "EAGLE, 3 draft tokens",
                         num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("mtp-multi-turn", "multi-turn conversations with a chain of three MTP modules "
+               "(3 draft tokens): no prompt chunk ends within 3 tokens of its prefill's end, the "
+               "last 2 computed tokens are not indexed yet, every hit gives up its last block",
+               _variant("multi-turn", "mtp-multi-turn", "MTP, 3 modules, 3 draft tokens",
+                        num_spec_tokens=3, num_lookahead_tokens=3, spec_method="mtp",
+                        mtp_modules=3, max_num_batched_tokens=40)),
+    SuiteEntry("mtp-hybrid-mamba", "hybrid full + mamba ('align') with a chain of two MTP "
+               "modules (2 draft tokens): chunks stop short of the prefill's end and at block "
+               "boundaries; under 0.33 the hashes cover the 2 tokens past each block, so the "
+               "last state a resend can use ends 2 tokens or more before the prompt's end",
+               _variant("hybrid-sliding-window", "mtp-hybrid-mamba",
+                        "groups full + mamba (align), MTP 2 modules",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2,
+                        num_lookahead_tokens=2, spec_method="mtp", mtp_modules=2)),
     SuiteEntry("mamba-spec-decode", "hybrid full + mamba with speculative decoding (3 "
                "tokens): each request keeps a state block per draft token past its running "
                "state (prefix caching off, so both releases run it)",

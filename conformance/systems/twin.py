@@ -76,6 +76,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         num_spec_tokens=config.num_spec_tokens,
         num_lookahead_tokens=config.num_lookahead_tokens,
         spec_method=config.spec_method,
+        num_mtp_modules=config.mtp_modules,
         # A data-parallel rank is throttled by its engine core, never by its own cadence.
         prefill_schedule_interval=1 if config.data_parallel else config.prefill_schedule_interval,
         max_loras=config.max_loras,

@@ -145,7 +145,9 @@ class OffloadStores(LazyStores):
             if isinstance(self.cpu_coordinator.managers[group], MambaAlignManager):
                 continue  # its table nulls and relocates entries: `_boundary_stores` instead
             size = self.group_block_sizes[group]
-            ready = min(len(group_ids), self._cacheable(confirmed) // size)
+            # (what the CPU coordinator would index of the confirmed tokens, as on the GPU)
+            cacheable = self.cpu_coordinator.get_num_cacheable_tokens(confirmed, group)
+            ready = min(len(group_ids), cacheable // size)
             hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size, size)
             for index in range(state.num_stored_blocks[group], ready):
                 block = gpu.blocks[group_ids[index]]
@@ -168,14 +170,6 @@ class OffloadStores(LazyStores):
                     metas.append(capture_block_meta(request, index, block.block_hash, hashes,
                                                     size, self.hash_block_size))
         return chosen, advanced, metas
-
-    def _cacheable(self, num_tokens: int) -> int:
-        """Tokens the CPU coordinator could cache: hybrid hits are aligned to the scheduler
-        block size, so only that prefix is worth storing."""
-        if len(self.group_block_sizes) == 1:
-            return num_tokens
-        align = self.cpu_coordinator.scheduler_block_size
-        return num_tokens - num_tokens % align
 
     def _store_ready(self, block: KVCacheBlock) -> bool:
         if block.is_null or block.block_hash is None:

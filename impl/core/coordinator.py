@@ -48,6 +48,10 @@ class KVCacheCoordinator:
         self.dcp_world_size = kv_cache_config.dcp_world_size
         # An EAGLE drafter: every group's hit gives up its last block (`impl.core.hit_search`).
         self.use_eagle = use_eagle
+        # A chain of MTP modules may compute the last (look-ahead - 1) tokens again, drafting
+        # from prompt tokens at the next chunk: their KV is not final, so it is not indexed
+        # (`KVCacheManager` sets it from the drafter's prefill look-ahead).
+        self.num_reprefillable_tokens = 0
         self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching,
                                     enable_kv_cache_events=enable_kv_cache_events)
         self.managers: list[SingleTypeKVCacheManager] = [
@@ -140,7 +144,13 @@ class KVCacheCoordinator:
                 request_id, tokens_for(manager, num_tokens, num_tokens_main, num_encoder_tokens))
             for manager in self.managers)
 
+    def get_num_cacheable_tokens(self, num_computed_tokens: int, group: int) -> int:
+        """The prefix of `num_computed_tokens` a group indexes: every token whose KV is final
+        (`num_reprefillable_tokens`)."""
+        return max(0, num_computed_tokens - self.num_reprefillable_tokens)
+
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        num_computed_tokens = self.get_num_cacheable_tokens(num_computed_tokens, 0)
         for manager in self.managers:
             if not manager.kv_cache_spec.prefix_cacheable:
                 continue  # its blocks are private to the request (bounded replay)
@@ -267,25 +277,29 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                                      else None)
         self.has_mamba = any(isinstance(m.kv_cache_spec, MambaSpec) for m in self.managers)
 
-    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+    def get_num_cacheable_tokens(self, num_computed_tokens: int, group: int) -> int:
         """Only a prefix a future hit can match is worth indexing: hybrid hits are aligned to
         the scheduler block size (the lcm of the group block sizes). An EAGLE hit matches one
         of the group's blocks past an aligned boundary before dropping it, so with EAGLE each
-        group indexes one block more where the computed tokens reach it."""
+        group indexes one block more where its finalized tokens reach it."""
         # (With sub-block hits nothing is rounded: even a hash-block rounding would key a
         # mamba tail again after its copy-on-write made it private.)
-        aligned = num_computed_tokens - num_computed_tokens % (
-            1 if self.sub_block_hits else self.scheduler_block_size)
+        unit = 1 if self.sub_block_hits else self.scheduler_block_size
+        aligned = num_computed_tokens - num_computed_tokens % unit
         if not self.use_eagle or aligned == 0:
-            super().cache_blocks(request, aligned)
-            return
-        for manager in self.managers:
+            return aligned  # (as upstream: reprefillable tokens are held back on EAGLE's path)
+        num_finalized = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+        return min(num_finalized,
+                   num_finalized - num_finalized % unit + self.managers[group].block_size)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        for group, manager in enumerate(self.managers):
             if not manager.kv_cache_spec.prefix_cacheable:
                 continue
             hashes = hashes_at_block_size(request.block_hashes, self.hash_block_size,
                                           manager.block_size)
             manager.cache_blocks(request, hashes,
-                                 min(num_computed_tokens, aligned + manager.block_size))
+                                 self.get_num_cacheable_tokens(num_computed_tokens, group))
 
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int

@@ -41,10 +41,13 @@ class KVCacheManager:
         enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
         use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
-        """`max_in_flight_tokens`: tokens scheduled but not yet processed at most (one
-        batch's budget, two under async scheduling); sizes the admission cap of block-recycling
-        groups. None: `max_model_len`, which makes the cap the whole sequence. Under DCP,
+        """`num_prefill_lookahead`: prompt tokens past a chunk the drafter reads; all but one
+        of them may be computed again, so they are not indexed yet. `max_in_flight_tokens`: tokens
+        scheduled but not yet processed at most (one batch's budget, two under async
+        scheduling); sizes the admission cap of block-recycling groups. None:
+        `max_model_len`, which makes the cap the whole sequence. Under DCP,
         `kv_cache_config` is the scheduler's view (`impl.core.context_parallel`)."""
         if max_model_len < 1:
             raise ValueError(f"max_model_len: must be >= 1 (got {max_model_len})")
@@ -58,6 +61,7 @@ class KVCacheManager:
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
             kv_cache_config, enable_caching, hash_block_size, enable_kv_cache_events, use_eagle)
+        self.coordinator.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         for manager in self.coordinator.managers:
             cap = getattr(manager.kv_cache_spec, "admission_cap_blocks", None)
@@ -71,7 +75,8 @@ class KVCacheManager:
         # hashes at the block size). See `_allocate_running_full`.
         only = self.coordinator.managers[0] if self.num_kv_cache_groups == 1 else None
         # Exactly full attention: a reference window (a subclass) does skip blocks.
-        self._single_full = only if type(only) is FullAttentionManager else None
+        self._single_full = (only if type(only) is FullAttentionManager
+                             and not self.coordinator.num_reprefillable_tokens else None)
 
     @property
     def usage(self) -> float:

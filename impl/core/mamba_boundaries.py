@@ -12,15 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def checkpoint_boundary(num_tokens: int, unit: int, eagle_block_drop: bool) -> int:
+def checkpoint_boundary(num_tokens: int, unit: int, eagle_block_drop: bool,
+                        hash_lookahead: int = 0) -> int:
     """The last multiple of `unit` whose state a later hit on these `num_tokens` can resume
     from: below the final token (a hit must leave one to recompute), or, when EAGLE's hits give
     up their last block (which leaves tokens to recompute anyway), one unit below the last
     multiple at or before the end: the full-attention hit ends there, so the mamba state that
-    matches it is the one kept (and the one the scheduler ends a chunk at)."""
+    matches it is the one kept (and the one the scheduler ends a chunk at). With hashes that
+    also cover `hash_lookahead` tokens past their block (0.33's EAGLE family), the boundary's
+    hash needs those tokens: it lies that many tokens below the end at least."""
     if eagle_block_drop:
         return max((num_tokens // unit - 1) * unit, 0)
-    return (num_tokens - 1) // unit * unit
+    return max(num_tokens - max(1, hash_lookahead), 0) // unit * unit
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mypy_extensions import trait
 
-from impl.sched.admission_rules import AdmissionRules
+from impl.sched.admission_rules import AdmissionRules, reserve_prefill_lookahead
 from impl.sched.mamba_split import MambaAlignedSplit
 from impl.sched.output import PLACEHOLDER_DRAFT
 from impl.sched.pause import PauseState
@@ -169,6 +169,9 @@ class Admission(SchedulerUpdates, AdmissionRules):
                     num_new, pad = 1, 0  # the split cut the padded rows: unpadded instead
             if request.mm_features:
                 num_new = self.choose_encoder_inputs(plan, request, num_computed, num_new)
+            if self.prefill_lookahead > 1:  # a chain of MTP modules
+                num_new = reserve_prefill_lookahead(request, num_computed, num_new,
+                                                    self.prefill_lookahead)
             if num_new == 0:  # its next item does not fit the encoder
                 if not self.behaviour.encoder_blocked_admission_skips:
                     break  # admission stops

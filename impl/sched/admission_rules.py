@@ -75,3 +75,16 @@ class AdmissionRules(SchedulerState):
         if not k or num_new != 1:
             return 0
         return k if num_computed + 1 + k + 1 <= self.max_model_len else 0
+
+
+def reserve_prefill_lookahead(request: Request, num_computed: int, num_new: int,
+                              lookahead: int) -> int:
+    """The chunk cut so it never ends within `lookahead` tokens of the prefill's end. At a
+    chunk boundary a chain of MTP modules reads the next `lookahead` known prompt tokens as
+    its draft inputs; a boundary closer to the end would make the later modules draft from
+    sampled tokens and keep that KV. So a chunk either finishes the prefill or leaves at least
+    `lookahead` tokens for the next (an EAGLE head's look-ahead of 1 never cuts)."""
+    remaining = request.num_tokens - num_computed - num_new
+    if 0 < remaining < lookahead:
+        num_new -= lookahead - remaining
+    return max(num_new, 0)

@@ -27,9 +27,12 @@ class SchedulerConfig:
     policy: str = "fcfs"  # fcfs | priority | continuum
     num_spec_tokens: int = 0  # 0: no speculative decoding
     num_lookahead_tokens: int = 0  # KV slots past the scheduled tokens for a drafter (EAGLE)
-    # The drafter: "ngram" (prompt lookup) or "eagle" (a draft head on the target's hidden
-    # states; its prefix-cache hits give up their last block, `impl.core.hit_search`).
+    # The drafter: "ngram" (prompt lookup), "eagle" (a draft head on the target's hidden
+    # states; its prefix-cache hits give up their last block, `impl.core.hit_search`) or "mtp"
+    # (the model's own multi-token-prediction modules, EAGLE's family), of which there are
+    # `num_mtp_modules` (the draft config's `num_nextn_predict_layers`).
     spec_method: str = "ngram"
+    num_mtp_modules: int = 1
     async_scheduling: bool = False
     enable_prefix_caching: bool = True
     hash_algo: str = "sha256"
@@ -87,8 +90,11 @@ class SchedulerConfig:
         if self.policy not in ("fcfs", "priority", "continuum"):
             raise ValueError("policy: must be 'fcfs', 'priority' or 'continuum' "
                              f"(got {self.policy!r})")
-        if self.spec_method not in ("ngram", "eagle"):
-            raise ValueError(f"spec_method: must be 'ngram' or 'eagle' (got {self.spec_method!r})")
+        if self.spec_method not in ("ngram", "eagle", "mtp"):
+            raise ValueError("spec_method: must be 'ngram', 'eagle' or 'mtp' "
+                             f"(got {self.spec_method!r})")
+        if self.num_mtp_modules < 1:
+            raise ValueError(f"num_mtp_modules: must be >= 1 (got {self.num_mtp_modules})")
         if self.policy == "continuum" and self.async_scheduling:
             raise ValueError("policy: 'continuum' is not implemented with async scheduling")
         if self.per_request_spec_decode_metrics != "none" and not self.num_spec_tokens:
@@ -110,20 +116,27 @@ class SchedulerConfig:
     @property
     def use_eagle(self) -> bool:
         """An EAGLE drafter is on."""
-        return self.spec_method == "eagle" and self.num_spec_tokens > 0
+        return self.spec_method in ("eagle", "mtp") and self.num_spec_tokens > 0
 
     @property
     def num_prefill_lookahead(self) -> int:
-        """Prompt tokens past a chunk the drafter reads: 1 for an EAGLE head, else 0."""
-        return 1 if self.use_eagle else 0
+        """Prompt tokens past a chunk the drafter reads: 1 for an EAGLE head (and a single MTP
+        module), `num_spec_tokens` for a chain of MTP modules (each reads one token further
+        than the one before; `impl.sched.admission_rules.reserve_prefill_lookahead`), else 0."""
+        if not self.use_eagle:
+            return 0
+        if self.spec_method == "mtp" and min(self.num_mtp_modules, self.num_spec_tokens) > 1:
+            return self.num_spec_tokens
+        return 1
 
     @property
     def num_hash_lookahead_tokens(self) -> int:
-        """Tokens after each block its hash also covers: 1 for an EAGLE drafter from 0.33 with
-        prefix caching and no connector (`Behaviour.eagle_lookahead_block_hashes`), else 0."""
+        """Tokens after each block its hash also covers: the drafter's prefill look-ahead for an
+        EAGLE-family drafter from 0.33 with prefix caching and no connector
+        (`Behaviour.eagle_lookahead_block_hashes`), else 0."""
         if (self.use_eagle and self.behaviour.eagle_lookahead_block_hashes
                 and self.enable_prefix_caching and self.kv_connector is None):
-            return 1
+            return self.num_prefill_lookahead
         return 0
 
     @property

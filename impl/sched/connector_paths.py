@@ -81,7 +81,8 @@ class ConnectorPaths(BlockFrees):
                     settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,
                     max_num_batched_tokens=config.max_num_batched_tokens,
                     use_eagle=config.use_eagle_block_drop,
-                    enable_events=config.enable_kv_cache_events, behaviour=config.behaviour)
+                    enable_events=config.enable_kv_cache_events, behaviour=config.behaviour,
+                    prefill_lookahead=config.num_prefill_lookahead)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
         self.defer_block_free = settings is not None and config.async_scheduling
@@ -104,11 +105,13 @@ class ConnectorPaths(BlockFrees):
     def _one_connector(settings: NixlSettings | OffloadingSettings, config: SchedulerConfig,
                        kv_cache_config: KVCacheConfig) -> SchedulerConnector:
         if isinstance(settings, NixlSettings):
-            return (NixlPushConnectorScheduler(kv_cache_config)
+            lookahead = config.num_prefill_lookahead
+            return (NixlPushConnectorScheduler(kv_cache_config, prefill_lookahead=lookahead)
                     if settings.transfer_mode == "push"
                     else NixlConnectorScheduler(
                         kv_cache_config, bidirectional=settings.bidirectional,
-                        recompute_threshold=settings.recompute_threshold))
+                        recompute_threshold=settings.recompute_threshold,
+                        prefill_lookahead=lookahead))
         check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
         return OffloadingConnectorScheduler(
             settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,

@@ -52,6 +52,8 @@ class MambaAlignedSplit:
     tail_hash_block: int = 0
     # EAGLE's hits give up their last block (`SchedulerConfig.use_eagle_block_drop`).
     eagle_block_drop: bool = False
+    # Tokens past each block its hash covers (`SchedulerConfig.num_hash_lookahead_tokens`).
+    hash_lookahead: int = 0
 
     @classmethod
     def setup(cls, config: SchedulerConfig, kv_cache_config: KVCacheConfig,
@@ -67,7 +69,7 @@ class MambaAlignedSplit:
         sub_block = kv_cache_manager.coordinator.sub_block_hits
         return cls(config.block_size, max_chunk,
                    config.effective_hash_block_size if sub_block else 0,
-                   config.use_eagle_block_drop)
+                   config.use_eagle_block_drop, config.num_hash_lookahead_tokens)
 
     def clip(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0) -> int:
         """The chunk length for `num_new_tokens` proposed after the request's computed tokens
@@ -83,11 +85,13 @@ class MambaAlignedSplit:
             if aligned_end > start or block_size <= self.max_chunk_tokens:
                 end = aligned_end
         eagle = self.eagle_block_drop
-        last_cacheable = checkpoint_boundary(request.num_tokens, block_size, eagle)
+        last_cacheable = checkpoint_boundary(request.num_tokens, block_size, eagle,
+                                             self.hash_lookahead)
         junction = request.shared_prefix_boundary
         tail = 0
         if self.tail_hash_block:
-            tail = checkpoint_boundary(request.num_prompt_tokens, self.tail_hash_block, eagle)
+            tail = checkpoint_boundary(request.num_prompt_tokens, self.tail_hash_block, eagle,
+                                       self.hash_lookahead)
             if not last_cacheable < tail < request.num_prompt_tokens:
                 tail = 0
         stops = (

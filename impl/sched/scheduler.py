@@ -18,6 +18,7 @@ from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.prefix_stats import PrefixCacheStats
 from impl.core.specs import KVCacheConfig
 from impl.sched.admission import Admission
+from impl.sched.admission_rules import reserve_prefill_lookahead
 from impl.sched.config import SchedulerConfig, check_eagle, check_mamba_caching
 from impl.sched.continuum.policy import ContinuumPolicy
 from impl.sched.continuum.settings import ContinuumSettings
@@ -81,6 +82,7 @@ class Scheduler(Admission):
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
+            num_prefill_lookahead=scheduler_config.num_prefill_lookahead,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)
@@ -107,6 +109,7 @@ class Scheduler(Admission):
         self.prev_step_scheduled_req_ids: set[str] = set()
         self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.num_spec_tokens = scheduler_config.num_spec_tokens
+        self.prefill_lookahead = scheduler_config.num_prefill_lookahead
         self.num_preemptions = 0
         # Waiting requests skipped by admission (max_loras) and not admitted since: a queue
         # holding only these is not a sign of saturation (`PrefillCadence`).
@@ -221,6 +224,9 @@ class Scheduler(Admission):
             if request.mm_features:
                 num_new = self.choose_encoder_inputs(plan, request, request.num_computed_tokens,
                                                      num_new)
+            if self.prefill_lookahead > 1:  # a chain of MTP modules
+                num_new = reserve_prefill_lookahead(request, request.num_computed_tokens,
+                                                    num_new, self.prefill_lookahead)
             if num_new <= 0:
                 index += 1
                 continue

@@ -60,6 +60,7 @@ class SchedulerState:
     num_sampled_tokens_per_step: int
     num_spec_tokens: int
     num_lookahead_tokens: int
+    prefill_lookahead: int  # prompt tokens past a chunk the drafter reads (`SchedulerConfig`)
     scheduler_config: SchedulerConfig
     behaviour: Behaviour
     policy: str

@@ -67,7 +67,7 @@ def test_eagle_with_chunked_local_attention_is_refused_with_the_group_named() ->
     with pytest.raises(ValueError,
                        match=r"kv_cache_groups\[1\]: ChunkedLocalAttentionSpec with an EAGLE"):
         Scheduler(config, kv_config, none_hash=NONE_HASH, log_stats=False)
-    with pytest.raises(ValueError, match="spec_method: must be 'ngram' or 'eagle'"):
+    with pytest.raises(ValueError, match="spec_method: must be 'ngram', 'eagle' or 'mtp'"):
         SchedulerConfig(1, 1, 1, spec_method="medusa")
 
 

@@ -127,8 +127,13 @@ def test_hybrid_stores_stop_at_the_scheduler_block_size() -> None:
     full = FullAttentionSpec(block_size=BLOCK)
     hybrid = tier(full, SlidingWindowSpec(block_size=2 * BLOCK, sliding_window=16))
     assert hybrid.cpu_coordinator.scheduler_block_size == 2 * BLOCK
-    assert [hybrid._cacheable(n) for n in (7, 8, 13, 16)] == [0, 8, 8, 16]
-    assert [tier(full)._cacheable(n) for n in (7, 13)] == [7, 13]
+    cacheable = hybrid.cpu_coordinator.get_num_cacheable_tokens
+    assert [cacheable(n, group) for n in (7, 8, 13, 16) for group in (0, 1)] == [
+        0, 0, 8, 8, 8, 8, 16, 16]
+    single = tier(full).cpu_coordinator
+    assert [single.get_num_cacheable_tokens(n, 0) for n in (7, 13)] == [7, 13]
+    single.num_reprefillable_tokens = 2  # a chain of three MTP modules
+    assert [single.get_num_cacheable_tokens(n, 0) for n in (1, 7, 13)] == [0, 5, 11]
 
 
 def test_a_report_of_a_store_event_never_sent_is_ignored() -> None:

@@ -139,6 +139,17 @@ def test_bytes_per_token_sum_every_group_over_its_block() -> None:
     assert kv_bytes_per_token(config) == 512 + 2 * 512 + 256
 
 
+def test_under_dcp_a_worker_holds_a_share_of_each_full_attention_block() -> None:
+    """DCP 4: the scheduler's 64-token full-attention block is 16 tokens on each rank, so a
+    token takes a quarter of its bytes on one worker; a mamba state is replicated."""
+    from impl.core.context_parallel import dcp_scheduler_view
+
+    config = dcp_scheduler_view(KVCacheConfig(10, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(16)),
+        KVCacheGroupSpec(("ssm",), MambaSpec(16, state_bytes=4096)))), 4)
+    assert kv_bytes_per_token(config) == 512 // 4 + 256
+
+
 def test_settings_refuse_a_negative_budget() -> None:
     with pytest.raises(ValueError, match="sync_load_budget_bytes: must be >= 0"):
         OffloadingSettings(4, sync_load_budget_bytes=-1)

@@ -24,9 +24,9 @@ from workloads.streaming import StreamChunk
 
 @st.composite
 def streaming_workloads(draw: Any, max_requests: int = 8) -> Workload:
-    # (No EAGLE: a part's first token would change the hash of the block before it.)
+    # (No EAGLE family: a part's first token would change the hash of the block before it.)
     workload: Workload = draw(workloads(max_requests).filter(
-        lambda w: not w.config.async_scheduling and w.config.spec_method != "eagle"))
+        lambda w: not w.config.async_scheduling and w.config.spec_method == "ngram"))
     config = workload.config
     requests: list[RequestSpec] = []
     for request in workload.requests:

@@ -150,6 +150,9 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
     # token instead) where upstream runs it: no chunked local groups.
     eagle = bool(spec) and all(g.type != "chunked_local" for g in groups) and draw(
         st.sampled_from((False, False, True)), label="eagle")
+    # Half of EAGLE's draws are the model's own MTP modules instead, a chain of them (which
+    # reads `spec` prompt tokens past each chunk) when there are two or three.
+    mtp_modules = draw(st.sampled_from((0, 1, 2, 3)), label="mtp modules") if eagle else 0
     # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
     # states keep only the tails a replay or a shared prefix's junction can reach; an
     # interval (a multiple of the block) also the tails ending each segment of that length.
@@ -190,7 +193,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
         hash_block_size=hash_block,
         num_lookahead_tokens=spec if eagle else (
             draw(st.sampled_from((0, spec)), label="lookahead") if spec else 0),
-        spec_method="eagle" if eagle else "ngram",
+        spec_method="ngram" if not eagle else "mtp" if mtp_modules else "eagle",
+        mtp_modules=max(mtp_modules, 1),
         prefill_schedule_interval=interval,
         prefix_cache_retention_interval=retention,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),

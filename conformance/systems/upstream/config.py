@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from conformance.kv.family import group_shape
@@ -122,11 +123,15 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
             kv_transfer_config=upstream_transfer_config(config, connector_class),
             **observability(config), **connector_events(config),
         )
-    if config.spec_method == "eagle" and vllm_config.speculative_config is not None:
-        # An EAGLE head needs a draft model to build; the scheduler only asks the config
-        # whether the method is EAGLE's (hit drops, prefill look-ahead), so the n-gram config
-        # built above is relabelled. Drafts come from the harness either way.
-        vllm_config.speculative_config.method = "eagle"
+    if config.spec_method != "ngram" and vllm_config.speculative_config is not None:
+        # An EAGLE head (or MTP modules) needs a draft model to build; the scheduler only asks
+        # the config whether the method is EAGLE's family (hit drops, prefill look-ahead) and,
+        # for MTP, how many modules the draft model has (`use_multi_module_mtp`), so the
+        # n-gram config built above is relabelled. Drafts come from the harness either way.
+        vllm_config.speculative_config.method = config.spec_method
+        if config.spec_method == "mtp":
+            vllm_config.speculative_config.draft_model_config = SimpleNamespace(
+                hf_config=SimpleNamespace(num_nextn_predict_layers=config.mtp_modules))
     # vLLM's CPU platform switches async scheduling off ("not required on CPU"). The scheduler
     # under test is the one a GPU deployment runs, so restore the workload's setting before the
     # Scheduler reads it (it sizes in-flight reservations for recycling KV groups from it).

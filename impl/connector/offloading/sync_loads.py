@@ -20,16 +20,22 @@ least). 0.32 has no budget (`Behaviour.offloading_sync_loads`).
 
 from __future__ import annotations
 
+from impl.core.context_parallel import rank_block_size
 from impl.core.specs import KVCacheConfig
 
 
 def kv_bytes_per_token(kv_cache_config: KVCacheConfig) -> int:
     """KV bytes one token takes on one worker, summed over the groups (each group's block
-    bytes over its block size). Sliding-window and recurrent groups load less than this says;
-    the budget overestimates them, as upstream's does."""
-    return sum(group.kv_cache_spec.page_size_bytes * len(group.layer_names)
-               // group.kv_cache_spec.block_size
-               for group in kv_cache_config.kv_cache_groups)
+    bytes on one rank over the scheduler's block: under DCP a rank holds a full-attention
+    block's share, `impl.core.context_parallel`). Sliding-window and recurrent groups load
+    less than this says; the budget overestimates them, as upstream's does."""
+    dcp = kv_cache_config.dcp_world_size
+    total = 0
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        rank_page = spec.page_size_bytes * rank_block_size(spec, dcp) // spec.block_size
+        total += rank_page * len(group.layer_names) // spec.block_size
+    return total
 
 
 class SyncLoads:
