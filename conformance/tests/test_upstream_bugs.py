@@ -50,6 +50,22 @@ def test_lazy_offload_never_idles_when_the_cpu_tier_is_smaller() -> None:
     assert not (stall.right_state.running or stall.right_state.waiting)
 
 
+def test_a_chain_of_mtp_modules_beside_mamba_never_finishes_a_prefill() -> None:
+    """Multi-module MTP (3 modules) beside mamba 'align' with 4-token hashes: a 177-token
+    prompt reaches 174 computed tokens; the mamba split ends the next chunk at the prompt's
+    last hash boundary (176), the MTP rule cuts a chunk that would leave fewer than 3 tokens
+    to nothing, and so every step schedules nothing while the request runs (0.32.0 and
+    0.33.0; upstream applies the look-ahead rule after the split, which never asks it). The
+    twin stalls alike, at the same step; this test fails the day upstream lets the prefill
+    finish, or the twin stops reproducing it."""
+    workload = load(str(BUGS / "mtp-chain-mamba-tail-stall.jsonl"))
+    result = run_lockstep(workload, resolve_system("impl"), resolve_system("upstream"))
+    assert result.error is None and result.divergence_at("exact") is None
+    stall = result.stall
+    assert stall is not None and stall.agreed and result.steps == 19
+    assert stall.right_state.running == ("r0",) and not stall.right_state.waiting
+
+
 @pytest.mark.parametrize("name", ["lora-limit-assert-032", "lora-limit-assert-032-async"])
 def test_upstream_032_asserts_when_two_adapters_end_up_running_under_max_loras_1(
         name: str) -> None:

@@ -38,7 +38,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hbs = self.hash_block_size
         # An EAGLE lookup reads the whole prompt before dropping a hash unit.
         reach = request.num_prompt_tokens if self.use_eagle else request.num_prompt_tokens - 1
-        boundary = reach // hbs * hbs
+        # (Hashes that cover tokens past their block, 0.33's EAGLE family, exist only as far
+        # as those tokens do: the boundary stops at the last hash there is.)
+        boundary = min(reach // hbs, len(request.block_hashes)) * hbs
         if boundary <= 0 or boundary % self.block_size == 0 or boundary > num_tokens:
             return
         blocks = self.req_to_blocks.get(request_id)

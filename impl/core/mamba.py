@@ -41,6 +41,8 @@ class MambaManager(SingleTypeKVCacheManager):
         super().__init__(kv_cache_spec, block_pool, enable_caching, kv_cache_group_id)
         # Hashes (not block ids, see the module docstring) cached during the current step.
         self.cached_this_step: set[BlockHash] = set()
+        # Tokens past each block its hash covers (0.33's EAGLE family; set by the scheduler).
+        self.hash_lookahead = 0
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              boundaries: tuple[int, ...]) -> list[bool] | None:

@@ -37,8 +37,8 @@ def cache_prompt_tail_state(manager: MambaManager, request: Request, num_tokens:
     boundaries lie a scheduler block below the end, this one a hash block below) is keyed
     here, whole, with nothing to copy."""
     hbs = manager.hash_block_size
-    if num_tokens <= 0 or num_tokens != checkpoint_boundary(request.num_prompt_tokens, hbs,
-                                                            manager.use_eagle):
+    if num_tokens <= 0 or num_tokens != checkpoint_boundary(
+            request.num_prompt_tokens, hbs, manager.use_eagle, manager.hash_lookahead):
         return
     index = cdiv(num_tokens, manager.block_size) - 1
     blocks = manager.req_to_blocks.get(request.request_id, [])

@@ -9,6 +9,7 @@ and a scheduler sets every flag the same way:
 | `eagle_junction_block_below`  | `Behaviour.eagle_junction_block_below`      | every group    |
 | `remarks_prompt_boundary`     | not `Behaviour.mamba_align_skips_keyed_...` | mamba 'align'  |
 | `offers_boundary_states`      | a KV connector is on                        | mamba 'align'  |
+| `hash_lookahead`              | `SchedulerConfig.num_hash_lookahead_tokens` | mamba 'align'  |
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from impl.core.mamba_align import MambaAlignManager
 
 
 def hand_rules_to_managers(kv_cache_manager: KVCacheManager, behaviour: Behaviour,
-                           has_connector: bool) -> None:
+                           has_connector: bool, hash_lookahead: int = 0) -> None:
     """Set the flags of the table above on every group's manager."""
     for manager in kv_cache_manager.coordinator.managers:
         manager.eagle_junction_block_below = behaviour.eagle_junction_block_below
@@ -27,3 +28,6 @@ def hand_rules_to_managers(kv_cache_manager: KVCacheManager, behaviour: Behaviou
             manager.remarks_prompt_boundary = not behaviour.mamba_align_skips_keyed_boundary
             # A connector stores mamba 'align' states by block, from the cache's offers.
             manager.offers_boundary_states = has_connector
+            # Hashes covering tokens past their block: the prompt's tail state ends that far
+            # before the end (`impl.core.mamba_prompt_tail`).
+            manager.hash_lookahead = hash_lookahead

@@ -111,3 +111,18 @@ def test_a_hybrid_model_indexes_past_the_boundary_only_finalized_tokens(
         use_eagle=use_eagle)
     coordinator.num_reprefillable_tokens = 2
     assert [coordinator.get_num_cacheable_tokens(n, 1) for n in (17, 33, 40)] == expected
+
+
+def test_a_chain_beside_mamba_under_sparse_retention_is_refused_under_0_33() -> None:
+    from impl.core.specs import MambaSpec
+
+    kv_config = KVCacheConfig(40, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(16)),
+        KVCacheGroupSpec(("ssm",), MambaSpec(16, mamba_cache_mode="align"))),
+        prefix_cache_retention_interval=0)
+    with pytest.raises(ValueError, match=r"kv_cache_groups\[1\]: mamba under sparse retention "
+                                         r"with 3 MTP modules under vLLM 0\.33\.0"):
+        Scheduler(_config(release="0.33.0"), kv_config, none_hash=NONE_HASH, log_stats=False)
+    Scheduler(_config(release="0.32.0"), kv_config, none_hash=NONE_HASH, log_stats=False)
+    Scheduler(_config(modules=1, release="0.33.0"), kv_config, none_hash=NONE_HASH,
+              log_stats=False)
