@@ -126,3 +126,24 @@ def test_a_chain_beside_mamba_under_sparse_retention_is_refused_under_0_33() -> 
     Scheduler(_config(release="0.32.0"), kv_config, none_hash=NONE_HASH, log_stats=False)
     Scheduler(_config(modules=1, release="0.33.0"), kv_config, none_hash=NONE_HASH,
               log_stats=False)
+
+
+def test_multi_turn_beside_mamba_with_finer_hashes_runs_under_0_33() -> None:
+    """`eagle-mamba-sub-block` with a chain of two MTP modules under 0.33: the look-ahead
+    hashes stop two tokens short of what is computed, and no prompt-tail boundary may be
+    taken past them (an IndexError before). The run ends in upstream's stall
+    (`conformance/upstream_bugs/mtp-chain-mamba-tail-stall.jsonl`), not in an error."""
+    from dataclasses import replace
+
+    from conformance.sched.lockstep import run_lockstep
+    from conformance.sched.suite import SUITE
+    from conformance.systems.registry import resolve_system
+
+    workload = SUITE["eagle-mamba-sub-block"].make()
+    workload = replace(workload, config=replace(
+        workload.config, spec_method="mtp", mtp_modules=2, num_spec_tokens=2,
+        num_lookahead_tokens=2))
+    twin = resolve_system("impl==0.33.0")
+    result = run_lockstep(workload, twin, twin)
+    assert result.error is None and result.steps > 200
+    assert result.stall is not None and result.stall.agreed
