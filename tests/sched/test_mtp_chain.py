@@ -147,3 +147,16 @@ def test_multi_turn_beside_mamba_with_finer_hashes_runs_under_0_33() -> None:
     result = run_lockstep(workload, twin, twin)
     assert result.error is None and result.steps > 200
     assert result.stall is not None and result.stall.agreed
+
+
+def test_admission_counts_the_window_from_the_prefix_hit() -> None:
+    """`b` (50 tokens) hits `a`'s first block (16; 0.32's EAGLE family gives up the second):
+    a chunk of 32 would leave 2 tokens, so it takes 31 and leaves 3."""
+    scheduler = _scheduler(_config(3))
+    scheduler.add_request(_request(scheduler, "a", range(1000, 1034)))
+    for _ in range(3):
+        step(scheduler)
+    scheduler.add_request(_request(scheduler, "b", range(1000, 1050)))
+    output, _ = step(scheduler)
+    assert [(r.req_id, r.num_computed_tokens) for r in output.scheduled_new_reqs] == [("b", 16)]
+    assert output.num_scheduled_tokens == {"b": 31}
