@@ -65,6 +65,14 @@ def test_the_scheduler_stops_chunks_short_of_the_prefill_end() -> None:
         assert [step(scheduler)[0].num_scheduled_tokens["a"] for _ in range(2)] == chunks
 
 
+def test_a_running_prefill_stops_short_of_its_end_too() -> None:
+    """66 tokens, a budget of 32: admitted with 32, the running request's next chunk of 32
+    would leave 2, so it takes 31 and the last chunk 3."""
+    scheduler = _scheduler(_config(3))
+    scheduler.add_request(_request(scheduler, "a", range(1000, 1066)))
+    assert [step(scheduler)[0].num_scheduled_tokens["a"] for _ in range(3)] == [32, 31, 3]
+
+
 def test_the_last_tokens_a_chain_may_prefill_again_are_not_indexed() -> None:
     """A 40-token prompt in chunks of 16 (budget 16; no cut: 24, then 8 remain). With three
     modules the last 2 computed tokens may be prefilled again: after 16 tokens 14 are final,
