@@ -168,3 +168,18 @@ def test_admission_counts_the_window_from_the_prefix_hit() -> None:
     output, _ = step(scheduler)
     assert [(r.req_id, r.num_computed_tokens) for r in output.scheduled_new_reqs] == [("b", 16)]
     assert output.num_scheduled_tokens == {"b": 31}
+
+
+def test_the_block_past_the_boundary_is_the_groups_own() -> None:
+    """Groups of 16 and 32 tokens (a scheduler block of 32): with EAGLE's block drop and a
+    chain's 2 reprefillable tokens, 62 computed tokens leave 60 final; the 16-token group
+    indexes its block past the 32-token boundary (48), not every final token."""
+    from impl.core.coordinator import get_kv_cache_coordinator
+    from impl.core.specs import SlidingWindowSpec
+
+    coordinator = get_kv_cache_coordinator(KVCacheConfig(20, (
+        KVCacheGroupSpec(("full",), FullAttentionSpec(16)),
+        KVCacheGroupSpec(("window",), SlidingWindowSpec(32, sliding_window=64)))),
+        enable_caching=True, hash_block_size=16, enable_kv_cache_events=False, use_eagle=True)
+    coordinator.num_reprefillable_tokens = 2
+    assert [coordinator.get_num_cacheable_tokens(62, group) for group in (0, 1)] == [48, 60]
