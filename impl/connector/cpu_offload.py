@@ -66,7 +66,8 @@ class SimpleCPUOffloadScheduler(OffloadTransfers):
     def __init__(self, settings: OffloadSettings, kv_cache_config: KVCacheConfig, *,
                  hash_block_size: int, max_num_batched_tokens: int,
                  use_eagle: bool = False, enable_events: bool = False,
-                 behaviour: Behaviour = DEFAULT_BEHAVIOUR, prefill_lookahead: int = 0) -> None:
+                 behaviour: Behaviour = DEFAULT_BEHAVIOUR,
+                 num_reprefillable_tokens: int = 0) -> None:
         super().__init__()
         self.settings = settings
         self.enable_events = enable_events
@@ -84,7 +85,7 @@ class SimpleCPUOffloadScheduler(OffloadTransfers):
             cpu_config, enable_caching=True, hash_block_size=hash_block_size,
             enable_kv_cache_events=enable_events, use_eagle=use_eagle)
         # (a chain of MTP modules: its last tokens are not final, on the CPU as on the GPU)
-        self.cpu_coordinator.num_reprefillable_tokens = max(0, prefill_lookahead - 1)
+        self.cpu_coordinator.num_reprefillable_tokens = num_reprefillable_tokens
         if settings.lazy_offload:  # (eager: hits on hash boundaries, as on the GPU)
             self.cpu_coordinator.turn_off_sub_block_hits()
         self.cpu_block_pool: BlockPool = self.cpu_coordinator.block_pool

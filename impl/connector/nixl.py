@@ -102,15 +102,15 @@ def unhashed_blocks(blocks: KVCacheBlocks) -> tuple[list[int], ...]:
 class NixlConnectorScheduler:
     completes_lagging_groups = True  # (`SchedulerConnector`)
     def __init__(self, kv_cache_config: KVCacheConfig, *, bidirectional: bool = False,
-                 recompute_threshold: int = 64, prefill_lookahead: int = 0) -> None:
+                 recompute_threshold: int = 64, num_reprefillable_tokens: int = 0) -> None:
         self.exchange = ExchangeClip(kv_cache_config)
         # Beside a mamba group the prefill side leaves the prompt's last token to the decode
         # side, which computes the state past it itself (`on_new_request`); a chain of MTP
-        # modules leaves all but one of the tokens it reads past a chunk (`prefill_lookahead`),
-        # or the prefill side's MTP KV would hold drafts the decode side never rebuilds.
+        # modules leaves the tokens it may prefill again (all but one of its look-ahead), or
+        # the prefill side's MTP KV would hold drafts the decode side never rebuilds.
         mamba = any(isinstance(g.kv_cache_spec, MambaSpec)
                     for g in kv_cache_config.kv_cache_groups)
-        self.prompt_backoff = max(1 if mamba else 0, prefill_lookahead - 1)
+        self.prompt_backoff = max(1 if mamba else 0, num_reprefillable_tokens)
         self.group_block_sizes = [g.kv_cache_spec.block_size
                                   for g in kv_cache_config.kv_cache_groups]
         self.bidirectional = bidirectional

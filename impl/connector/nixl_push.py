@@ -43,8 +43,9 @@ BlockIds = tuple[list[int], ...]
 
 
 class NixlPushConnectorScheduler(NixlConnectorScheduler):
-    def __init__(self, kv_cache_config: KVCacheConfig, *, prefill_lookahead: int = 0) -> None:
-        super().__init__(kv_cache_config, prefill_lookahead=prefill_lookahead)
+    def __init__(self, kv_cache_config: KVCacheConfig, *,
+                 num_reprefillable_tokens: int = 0) -> None:
+        super().__init__(kv_cache_config, num_reprefillable_tokens=num_reprefillable_tokens)
         self._registrations: dict[str, BlockIds] = {}  # to hand the worker next step
         self._written: dict[str, BlockIds] = {}  # finished prefills' blocks awaiting the write
         self._new_writes: dict[str, BlockIds] = {}  # ... not yet handed to the worker

@@ -41,10 +41,10 @@ class KVCacheManager:
         enable_kv_cache_events: bool,
         max_in_flight_tokens: int | None = None,
         use_eagle: bool = False,
-        num_prefill_lookahead: int = 0,
+        num_reprefillable_tokens: int = 0,
     ) -> None:
-        """`num_prefill_lookahead`: prompt tokens past a chunk the drafter reads; all but one
-        of them may be computed again, so they are not indexed yet. `max_in_flight_tokens`: tokens
+        """`num_reprefillable_tokens`: computed tokens a chain of MTP modules may prefill
+        again, so not indexed yet. `max_in_flight_tokens`: tokens
         scheduled but not yet processed at most (one batch's budget, two under async
         scheduling); sizes the admission cap of block-recycling groups. None:
         `max_model_len`, which makes the cap the whole sequence. Under DCP,
@@ -61,7 +61,7 @@ class KVCacheManager:
         self.log_stats = log_stats
         self.coordinator = get_kv_cache_coordinator(
             kv_cache_config, enable_caching, hash_block_size, enable_kv_cache_events, use_eagle)
-        self.coordinator.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
+        self.coordinator.num_reprefillable_tokens = num_reprefillable_tokens
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         for manager in self.coordinator.managers:
             cap = getattr(manager.kv_cache_spec, "admission_cap_blocks", None)

@@ -130,6 +130,12 @@ class SchedulerConfig:
         return 1
 
     @property
+    def num_reprefillable_tokens(self) -> int:
+        """Computed tokens a chain of MTP modules may prefill again (all but one of its
+        look-ahead): not indexed yet, and left to the decode side by a P/D prefill."""
+        return max(0, self.num_prefill_lookahead - 1)
+
+    @property
     def num_hash_lookahead_tokens(self) -> int:
         """Tokens after each block its hash also covers: the drafter's prefill look-ahead for an
         EAGLE-family drafter from 0.33 with prefix caching and no connector

@@ -82,7 +82,7 @@ class ConnectorPaths(BlockFrees):
                     max_num_batched_tokens=config.max_num_batched_tokens,
                     use_eagle=config.use_eagle_block_drop,
                     enable_events=config.enable_kv_cache_events, behaviour=config.behaviour,
-                    prefill_lookahead=config.num_prefill_lookahead)
+                    num_reprefillable_tokens=config.num_reprefillable_tokens)
                 cpu_tier.bind_gpu_block_pool(self.kv_cache_manager.block_pool)
                 self.connector = cpu_tier
         self.defer_block_free = settings is not None and config.async_scheduling
@@ -105,13 +105,14 @@ class ConnectorPaths(BlockFrees):
     def _one_connector(settings: NixlSettings | OffloadingSettings, config: SchedulerConfig,
                        kv_cache_config: KVCacheConfig) -> SchedulerConnector:
         if isinstance(settings, NixlSettings):
-            lookahead = config.num_prefill_lookahead
-            return (NixlPushConnectorScheduler(kv_cache_config, prefill_lookahead=lookahead)
+            reprefillable = config.num_reprefillable_tokens
+            return (NixlPushConnectorScheduler(kv_cache_config,
+                                               num_reprefillable_tokens=reprefillable)
                     if settings.transfer_mode == "push"
                     else NixlConnectorScheduler(
                         kv_cache_config, bidirectional=settings.bidirectional,
                         recompute_threshold=settings.recompute_threshold,
-                        prefill_lookahead=lookahead))
+                        num_reprefillable_tokens=reprefillable))
         check_offloading_supported(kv_cache_config, config.effective_hash_block_size)
         return OffloadingConnectorScheduler(
             settings, kv_cache_config, hash_block_size=config.effective_hash_block_size,

@@ -82,7 +82,7 @@ class Scheduler(Admission):
             enable_kv_cache_events=scheduler_config.enable_kv_cache_events,
             max_in_flight_tokens=scheduler_config.max_in_flight_tokens,
             use_eagle=scheduler_config.use_eagle_block_drop,
-            num_prefill_lookahead=scheduler_config.num_prefill_lookahead,
+            num_reprefillable_tokens=scheduler_config.num_reprefillable_tokens,
         )
         # Multimodal models: the encoder's budget per step and its cache (`encoder_inputs`).
         encoder_budget, encoder_cache_size = compute_mm_encoder_budget(scheduler_config)
