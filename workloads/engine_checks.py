@@ -127,6 +127,7 @@ def engine_config(model: EngineConfigModel, source: str | Path, line: int,
         prefill_schedule_interval=model.prefill_schedule_interval,
         max_loras=model.max_loras,
         prefix_cache_retention_interval=model.prefix_cache_retention_interval,
+        enable_mamba_shared_prefix_checkpoint=model.enable_mamba_shared_prefix_checkpoint,
         continuum=continuum_config(model.continuum, model.policy, step_ms, fail),
         kv_connector=connector_config(model.kv_connector, len(groups), model.block_size, fail),
         multimodal=None if model.multimodal is None else MultimodalConfig(

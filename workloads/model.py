@@ -225,6 +225,10 @@ class EngineConfig:
     serve a hit at some aligned length; 0 (vLLM's own default) only the tail that a replay of
     the prompt, or a shared prefix's junction, can reach. The CPU tier of the OffloadingConnector
     stores the same tails. Other values are not modelled.
+    `enable_mamba_shared_prefix_checkpoint` (the engine's option of that name): mamba 'align'
+    also keeps the state at a request's shared-prefix junction (where another group's hit ran
+    past mamba's), the prompt chunk ending exactly there; in effect only with an EAGLE
+    drafter, hashes finer than the mamba block and no MTP chain, as upstream narrows it.
     `spec_method` "eagle": the drafter is an EAGLE head (it writes the KV of the token after
     each chunk, so prefix hits give up their last block; `num_lookahead_tokens` is then
     `num_spec_tokens`); "mtp": the model's own multi-token-prediction modules, EAGLE's family,
@@ -258,6 +262,7 @@ class EngineConfig:
     prefill_schedule_interval: int = 1
     max_loras: int = 0
     prefix_cache_retention_interval: int | None = None
+    enable_mamba_shared_prefix_checkpoint: bool = False
     continuum: ContinuumConfig | None = None  # read only under policy "continuum"
     kv_connector: KVConnectorConfig | None = None  # None: no connector
     multimodal: MultimodalConfig | None = None  # None: a text-only model (no encoder)
@@ -334,6 +339,8 @@ class EngineConfig:
             **({"mtp_modules": self.mtp_modules} if self.mtp_modules != 1 else {}),
             **({"prefix_cache_retention_interval": self.prefix_cache_retention_interval}
                if self.prefix_cache_retention_interval is not None else {}),
+            **({"enable_mamba_shared_prefix_checkpoint": True}
+               if self.enable_mamba_shared_prefix_checkpoint else {}),
             **({"long_prefill_token_threshold_adaptive": True}
                if self.long_prefill_token_threshold_adaptive else {}),
             **({"decode_context_parallel_size": self.decode_context_parallel_size}

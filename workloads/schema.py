@@ -183,6 +183,7 @@ class EngineConfigModel(_Strict):
     prefill_schedule_interval: PosInt = 1
     max_loras: NonNegInt = 0
     prefix_cache_retention_interval: NonNegInt | None = None
+    enable_mamba_shared_prefix_checkpoint: bool = False
     continuum: ContinuumModel | None = None
     kv_connector: Annotated[KVConnectorModel | OffloadingModel | NixlModel | MultiModel,
                             Field(discriminator="type")] | None = None

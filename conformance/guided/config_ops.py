@@ -108,7 +108,7 @@ ASPECTS: dict[str, tuple[str, ...]] = {
     "scheduling": ("policy", "async_scheduling", "max_num_seqs", "max_num_batched_tokens",
                    "long_prefill_token_threshold", "enable_chunked_prefill",
                    "prefill_schedule_interval"),
-    "caching": ("enable_prefix_caching", "hash_algo"),
+    "caching": ("enable_prefix_caching", "hash_algo", "enable_mamba_shared_prefix_checkpoint"),
 }
 """The parts of an engine config that travel together from a donor (`cross_aspect`)."""
 

@@ -227,6 +227,16 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         "groups full + mamba (align), 4-token hashes, EAGLE 3",
                         kv_cache_groups=FULL_MAMBA_ALIGN, hash_block_size=4,
                         num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle")),
+    SuiteEntry("eagle-mamba-junction", "shared prefixes on full + mamba ('align') hashed every "
+               "4 tokens with an EAGLE drafter (3 tokens) and the engine's "
+               "enable_mamba_shared_prefix_checkpoint: a sibling's chunk ends exactly at the "
+               "junction where full attention's hit ran past mamba's, inside a block, and the "
+               "state there is keyed (and copied before the next chunk overwrites it)",
+               _variant("prefix-sharing", "eagle-mamba-junction",
+                        "groups full + mamba (align), 4-token hashes, EAGLE 3, junction states",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, hash_block_size=4,
+                        num_spec_tokens=3, num_lookahead_tokens=3, spec_method="eagle",
+                        enable_mamba_shared_prefix_checkpoint=True)),
     SuiteEntry("hybrid-mamba", "hybrid full + mamba, cache mode 'align' (block-aligned chunks)",
                _variant("hybrid-sliding-window", "hybrid-mamba", "groups full + mamba (align)",
                         kv_cache_groups=FULL_MAMBA_ALIGN)),

@@ -85,6 +85,7 @@ def build_impl_scheduler(config: EngineConfig, none_hash: bytes,
         hash_algo=config.hash_algo,
         block_size=config.block_size,
         hash_block_size=config.effective_hash_block_size,
+        enable_mamba_shared_prefix_checkpoint=config.enable_mamba_shared_prefix_checkpoint,
         enable_kv_cache_events=True,  # events are compared, as upstream's are published
         behaviour=DEFAULT_BEHAVIOUR if release is None else behaviour_for(release),
         continuum=continuum_settings(config),

@@ -75,6 +75,10 @@ class MambaAlignManager(MambaManager):
         # produced): its block and boundary. The copy-on-write that preserves it is offered
         # to a KV connector (`_copy_partial_state`).
         self.producer_tails: dict[str, tuple[KVCacheBlock, int]] = {}
+        # The engine's `enable_mamba_shared_prefix_checkpoint`, where it takes effect
+        # (`impl.sched.manager_rules.takes_junction_checkpoints`): a prompt chunk ending at the
+        # request's shared-prefix junction keys its state there too, inside a block or not.
+        self.junction_checkpoints = False
 
     @property
     def num_speculative_blocks(self) -> int:
@@ -213,7 +217,7 @@ class MambaAlignManager(MambaManager):
         # block boundaries may not cover.
         if self.hash_block_size < self.block_size or self.partial_hits:
             cache_prompt_tail_state(self, request, num_tokens, self.remarks_prompt_boundary,
-                                    self.producer_tails)
+                                    self.producer_tails, self.junction_checkpoints)
         elif self.remarks_prompt_boundary:
             remark_prompt_boundary(self, request, block_hashes, num_tokens)
         if self.offers_boundary_states:  # (a whole-block tail keyed just now included)

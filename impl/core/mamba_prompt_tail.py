@@ -6,6 +6,11 @@ a partial entry, the request that produced it is remembered (`producer_tails`: i
 is offered to a KV connector), and its next step copies it before overwriting it
 (`cache_prompt_tail_state`). With hashes at the block, 0.32 marks the prompt's last whole-block
 state cached this step again each time a cache call lands on it (`remark_prompt_boundary`).
+
+The engine's `enable_mamba_shared_prefix_checkpoint` adds one more such state: the request's
+shared-prefix junction (where a sibling's hit in another group ran past mamba's, the Marconi
+idea), when a prompt chunk ends there. A third request sharing that prefix then finds a state
+at the junction instead of recomputing from the last block boundary below it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ if TYPE_CHECKING:
 
 def cache_prompt_tail_state(manager: MambaManager, request: Request, num_tokens: int,
                             remarks: bool,
-                            producer_tails: dict[str, tuple[KVCacheBlock, int]]) -> None:
+                            producer_tails: dict[str, tuple[KVCacheBlock, int]],
+                            junctions: bool = False) -> None:
     """Hashes finer than the block: a cache call landing on the prompt's last hash
     boundary (before its final token; `checkpoint_boundary`) keys the state there.
 
@@ -35,10 +41,15 @@ def cache_prompt_tail_state(manager: MambaManager, request: Request, num_tokens:
     block boundary, 0.32 (`remarks`) marks the already keyed state cached this step again
     (as `remark_prompt_boundary`), and a state sparse retention left unkeyed (EAGLE's replay
     boundaries lie a scheduler block below the end, this one a hash block below) is keyed
-    here, whole, with nothing to copy."""
+    here, whole, with nothing to copy. `junctions`: a call ending a prompt chunk at the
+    request's shared-prefix junction keys the state there the same way."""
     hbs = manager.hash_block_size
-    if num_tokens <= 0 or num_tokens != checkpoint_boundary(
-            request.num_prompt_tokens, hbs, manager.use_eagle, manager.hash_lookahead):
+    if num_tokens <= 0:
+        return
+    if num_tokens != checkpoint_boundary(request.num_prompt_tokens, hbs, manager.use_eagle,
+                                         manager.hash_lookahead) and not (
+            junctions and num_tokens == request.shared_prefix_boundary
+            and request.num_computed_tokens < num_tokens <= request.num_prompt_tokens):
         return
     index = cdiv(num_tokens, manager.block_size) - 1
     blocks = manager.req_to_blocks.get(request.request_id, [])

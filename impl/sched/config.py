@@ -38,6 +38,9 @@ class SchedulerConfig:
     hash_algo: str = "sha256"
     block_size: int = 16
     hash_block_size: int | None = None  # None: the block size
+    # Mamba 'align' also keeps the state at a request's shared-prefix junction (the engine's
+    # option; in effect only with EAGLE and sub-block hits: `manager_rules`).
+    enable_mamba_shared_prefix_checkpoint: bool = False
     # Admit a waiting request only if its whole prompt fits in the free blocks, not just its
     # first chunk (upstream 0.32's default), so chunked admission does not lead to preemption.
     scheduler_reserve_full_isl: bool = True

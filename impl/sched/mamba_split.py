@@ -15,6 +15,8 @@ its state on to the next boundary). `MambaAlignedSplit.clip` shortens a chunk, i
 | last cacheable state      | the last boundary before the request's final token (with EAGLE: |
 |                           | one block below the last boundary at or before it)               |
 | shared-prefix junction    | the junction, block-floored from start (`shared_prefix_boundary`)|
+|                           | or, with junction checkpoints on, the junction itself when it    |
+|                           | lies within the prompt                                           |
 | prompt's last hash bound. | with sub-block hits (`impl.core.partial_hits`): the last hash    |
 |                           | boundary before the prompt's final token (EAGLE: one hash block  |
 |                           | below the last one at or before it), when inside a block         |
@@ -39,6 +41,7 @@ from impl.core.kv_cache_manager import KVCacheManager
 from impl.core.mamba_boundaries import checkpoint_boundary
 from impl.core.specs import KVCacheConfig, MambaSpec
 from impl.sched.config import SchedulerConfig
+from impl.sched.manager_rules import takes_junction_checkpoints
 from impl.sched.request import Request
 
 
@@ -54,6 +57,10 @@ class MambaAlignedSplit:
     eagle_block_drop: bool = False
     # Tokens past each block its hash covers (`SchedulerConfig.num_hash_lookahead_tokens`).
     hash_lookahead: int = 0
+    # The engine's `enable_mamba_shared_prefix_checkpoint`, where it takes effect
+    # (`manager_rules.takes_junction_checkpoints`): stop at the junction itself, whose state
+    # the manager then keys, instead of the block boundary below it.
+    exact_junction: bool = False
 
     @classmethod
     def setup(cls, config: SchedulerConfig, kv_cache_config: KVCacheConfig,
@@ -69,7 +76,9 @@ class MambaAlignedSplit:
         sub_block = kv_cache_manager.coordinator.sub_block_hits
         return cls(config.block_size, max_chunk,
                    config.effective_hash_block_size if sub_block else 0,
-                   config.use_eagle_block_drop, config.num_hash_lookahead_tokens)
+                   config.use_eagle_block_drop, config.num_hash_lookahead_tokens,
+                   takes_junction_checkpoints(kv_cache_manager,
+                                              config.enable_mamba_shared_prefix_checkpoint))
 
     def clip(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0) -> int:
         """The chunk length for `num_new_tokens` proposed after the request's computed tokens
@@ -94,12 +103,15 @@ class MambaAlignedSplit:
                                        self.hash_lookahead)
             if not last_cacheable < tail < request.num_prompt_tokens:
                 tail = 0
+        if self.exact_junction and junction <= request.num_prompt_tokens:
+            junction_stop = junction
+        else:  # a sub-block state would not be kept: the block boundary below it
+            junction_stop = start + (junction - start) // block_size * block_size
         stops = (
             (start // block_size + 1) * block_size if start % block_size else 0,
             last_cacheable,
             tail,
-            start + (junction - start) // block_size * block_size if start < junction < end
-            else 0,
+            junction_stop if start < junction < end else 0,
         )
         end = min((stop for stop in stops if start < stop < end), default=end)
         return max(end - start, 0)

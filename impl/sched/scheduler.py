@@ -126,7 +126,8 @@ class Scheduler(Admission):
         self.prefix_replay_tokens = prefix_replay_window(kv_cache_config)
         self._setup_connector(scheduler_config, kv_cache_config)
         hand_rules_to_managers(self.kv_cache_manager, self.behaviour, self.connector is not None,
-                               scheduler_config.num_hash_lookahead_tokens)
+                               scheduler_config.num_hash_lookahead_tokens,
+                               self.mamba_split is not None and self.mamba_split.exact_junction)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:

@@ -163,6 +163,10 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
     chain_ok = retention is None or all(g.type != "mamba" for g in groups)
     mtp_modules = draw(st.sampled_from((0, 1, 2, 3) if chain_ok else (0, 1)),
                        label="mtp modules") if eagle else 0
+    # The engine's opt-in mamba state at a shared prefix's junction, where it can take effect
+    # (EAGLE beside mamba 'align' with sub-block hits; a chain of MTP modules turns it off).
+    junctions = align and eagle and hash_block is not None and draw(
+        st.booleans(), label="junction checkpoints")
     interval = draw(st.sampled_from((1, 1, 1, 2, 3)), label="prefill_schedule_interval")
     # A cadence is held by the engine itself (0.33) or, on a data-parallel rank, by its
     # engine core (both releases).
@@ -200,6 +204,7 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
         mtp_modules=max(mtp_modules, 1),
         prefill_schedule_interval=interval,
         prefix_cache_retention_interval=retention,
+        enable_mamba_shared_prefix_checkpoint=junctions,
         max_loras=draw(st.sampled_from((0, 0, 1, 2)), label="max_loras"),
         data_parallel=data_parallel,
         # Per-request spec-decode metrics ride on finished outputs (compared); upstream

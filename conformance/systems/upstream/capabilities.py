@@ -20,6 +20,7 @@ built: vLLM X has no Scheduler.Y" at start-up, not an AttributeError at the firs
 | `hash_block_size`             | `KVCacheConfig`   | `hash_block_size`             | block   |
 | `hash_block_size`             | `Scheduler`       | `hash_block_size`             | block   |
 | `prefix_cache_retention_interval` | `KVCacheConfig` | `prefix_cache_retention_interval` | None |
+| `enable_mamba_shared_prefix_checkpoint` | `CacheConfig` | the same name | False |
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ KNOBS: tuple[Knob, ...] = (
          lambda config: config.scheduler_block_size),
     Knob("KVCacheConfig", "prefix_cache_retention_interval", "prefix_cache_retention_interval",
          lambda _config: None),
+    Knob("CacheConfig", "enable_mamba_shared_prefix_checkpoint",
+         "enable_mamba_shared_prefix_checkpoint", lambda _config: False),
 )
 
 

@@ -87,6 +87,7 @@ def build_vllm_config(config: EngineConfig, connector_class: tuple[str, str] | N
         enable_prefix_caching=config.enable_prefix_caching,
         prefix_caching_hash_algo=config.hash_algo,
         mamba_cache_mode=mamba_cache_mode(config),
+        enable_mamba_shared_prefix_checkpoint=config.enable_mamba_shared_prefix_checkpoint,
     ), config, release))
     cache_config.num_gpu_blocks = config.num_blocks
     if hasattr(cache_config, "prefix_cache_retention_interval"):
