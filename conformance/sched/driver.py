@@ -348,6 +348,7 @@ class Driver:
             replay_starts=() if s is None else tuple(
                 (r.req_id, r.replay_start) for r in s.new_reqs if r.replay_start),
             block_copies=() if s is None else s.block_copies,
+            has_sync_kv_loads=s is not None and s.has_sync_kv_loads,
         )
         return Step(before, record, events)
 

@@ -127,6 +127,8 @@ class StepRecord:
     replay_starts: tuple[tuple[str, int], ...] = ()
     # Sub-block hits: the copy-on-write pairs (source, copy) the step's output carries.
     block_copies: tuple[tuple[int, int], ...] = ()
+    # The output tells the worker to finish a connector's loads before the forward.
+    has_sync_kv_loads: bool = False
 
     def finish_reasons(self) -> dict[str, str]:
         return {o.req_id: o.finish_reason for o in self.outputs if o.finish_reason is not None}
@@ -183,6 +185,7 @@ class StepRecord:
             **({"replay_starts": dict(self.replay_starts)} if self.replay_starts else {}),
             **({"block_copies": [list(pair) for pair in self.block_copies]}
                if self.block_copies else {}),
+            **({"has_sync_kv_loads": True} if self.has_sync_kv_loads else {}),
         }
 
     @staticmethod
@@ -231,6 +234,7 @@ class StepRecord:
             controls=tuple((action, result) for action, result in data.get("controls", ())),
             replay_starts=tuple(data.get("replay_starts", {}).items()),
             block_copies=tuple((s, d) for s, d in data.get("block_copies", ())),
+            has_sync_kv_loads=bool(data.get("has_sync_kv_loads", False)),
         )
 
 

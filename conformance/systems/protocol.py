@@ -81,6 +81,8 @@ class Scheduled:
     pending_grammar: bool = False
     # Sub-block hits: (source, copy) block ids the worker copies before the step's forward.
     block_copies: tuple[tuple[int, int], ...] = ()
+    # A connector loads KV within the step: the worker waits for it before the forward.
+    has_sync_kv_loads: bool = False
 
     def scheduled_tokens(self) -> dict[str, int]:
         return dict(self.num_scheduled_tokens)

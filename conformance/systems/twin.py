@@ -269,6 +269,7 @@ class ImplSystem:
             else grammar_rows(self.scheduler.get_grammar_bitmask(out)),
             pending_grammar=out.pending_structured_output_tokens,
             block_copies=tuple(out.kv_cache_block_copies),
+            has_sync_kv_loads=out.has_sync_kv_loads,
         )
 
     def resolve_deferred(self, scheduled: Scheduled,

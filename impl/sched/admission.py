@@ -195,6 +195,7 @@ class Admission(SchedulerUpdates, AdmissionRules):
                     request.request_id), num_external)
                 if num_external:  # loaded within the step
                     self.step_external_hits.append((request.request_id, num_external))
+                    plan.has_sync_kv_loads = True
             self._record_connector_lookup(request, *lookup)
             if request.num_computed_tokens == 0:  # only admitted lookups count
                 kv.record_prefix_cache_stats(request, num_hit)

@@ -39,6 +39,7 @@ def make_output(plan: StepPlan, max_num_scheduled_tokens: int, finished_req_ids:
         finished_req_ids=finished_req_ids,
         preempted_req_ids={r.request_id for r in plan.preempted},
         num_common_prefix_blocks=[],  # cascade attention is gone upstream: always empty
+        has_sync_kv_loads=plan.has_sync_kv_loads,
     )
 
 

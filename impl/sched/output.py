@@ -117,6 +117,9 @@ class SchedulerOutput:
     # With a KV connector: the mamba 'align' states the cache keyed this step, for the
     # connector to store by block (`impl.core.mamba_align.BoundaryState`); empty without.
     boundary_states: list[BoundaryState]
+    # A request admitted this step loads KV from a connector within the step: the worker
+    # waits for those loads before the forward instead of overlapping them with it.
+    has_sync_kv_loads: bool
 
     def __init__(self, scheduled_new_reqs: list[NewRequestData],
                  scheduled_cached_reqs: CachedRequestData, num_scheduled_tokens: dict[str, int],
@@ -124,7 +127,8 @@ class SchedulerOutput:
                  scheduled_spec_decode_tokens: dict[str, list[int]], finished_req_ids: set[str],
                  preempted_req_ids: set[str] | None = None,
                  num_common_prefix_blocks: list[int] | None = None,
-                 kv_connector_metadata: ConnectorMetadata | None = None) -> None:
+                 kv_connector_metadata: ConnectorMetadata | None = None,
+                 has_sync_kv_loads: bool = False) -> None:
         self.scheduled_new_reqs = scheduled_new_reqs
         self.scheduled_cached_reqs = scheduled_cached_reqs
         self.num_scheduled_tokens = num_scheduled_tokens
@@ -142,6 +146,7 @@ class SchedulerOutput:
         self.num_invalid_spec_tokens = {}
         self.kv_cache_block_copies = []
         self.boundary_states = []
+        self.has_sync_kv_loads = has_sync_kv_loads
 
 
 @dataclass(frozen=True, slots=True)

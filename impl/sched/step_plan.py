@@ -35,6 +35,9 @@ class StepPlan:
     encoder_inputs: dict[str, list[int]]
     encoder_budget: int
     pending_encoder: EncoderChoice  # the request being placed, until it is scheduled
+    # A request was admitted with KV loaded within the step (a connector's synchronous load):
+    # the worker must finish loading before the forward.
+    has_sync_kv_loads: bool
 
     def __init__(self, token_budget: int, encoder_budget: int = 0) -> None:
         """An empty plan, one per step (`init=False`: this `__init__` compiles, a dataclass's
@@ -52,6 +55,7 @@ class StepPlan:
         self.encoder_inputs = {}
         self.encoder_budget = encoder_budget
         self.pending_encoder = ([], 0, encoder_budget, [])
+        self.has_sync_kv_loads = False
 
     def schedule(self, request: Request, num_new: int, blocks: KVCacheBlocks) -> None:
         """`request` computes `num_new` tokens this step, into `blocks` (the new ones)."""

@@ -46,6 +46,7 @@ def test_a_hit_within_the_budget_runs_in_its_step() -> None:
     assert (new.req_id, new.num_computed_tokens) == ("c", 20)
     assert scheduler.requests["c"].status == RequestStatus.RUNNING
     assert scheduler.step_external_hits == [("c", 20)]
+    assert output.has_sync_kv_loads  # the worker waits for the load before the forward
     meta = output.kv_connector_metadata
     (load_id, load), = meta.load_jobs.items()  # type: ignore[union-attr]
     assert (load.sync, load.gpu.block_ids, load.gpu.block_indices, load.cpu_slots) == (
@@ -65,6 +66,7 @@ def test_a_hit_within_the_budget_runs_in_its_step() -> None:
     scheduler.check_integrity()
     assert set(offloading.jobs) == {store_id}
     assert scheduler.requests["c"].num_output_tokens == 1
+    assert not scheduler.schedule().has_sync_kv_loads  # c decodes: nothing loads now
 
 
 @pytest.mark.parametrize(("budget", "prompt"), [(HIT_BYTES - 1, LONGER), (1 << 30, PROMPT)],
@@ -76,6 +78,7 @@ def test_a_hit_loads_asynchronously(budget: int, prompt: range) -> None:
     scheduler.add_request(make_request("c", prompt, BLOCK, max_tokens=2))
     output, meta = run_step(scheduler)
     assert output.num_scheduled_tokens == {}
+    assert not output.has_sync_kv_loads
     assert scheduler.requests["c"].status == RequestStatus.WAITING_FOR_REMOTE_KVS
     (load,) = meta.load_jobs.values()
     assert not load.sync

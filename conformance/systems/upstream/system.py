@@ -332,6 +332,7 @@ class UpstreamSystem:
             # (releases before sub-block hits have no copies)
             block_copies=tuple((c.src_block_id, c.dst_block_id)
                                for c in getattr(out, "kv_cache_block_copies", None) or ()),
+            has_sync_kv_loads=bool(getattr(out, "has_sync_kv_loads", False)),
         )
 
     def resolve_deferred(self, scheduled: Scheduled,
