@@ -30,10 +30,19 @@ FULL_MAMBA_ALIGN = (KVCacheGroup("full"), KVCacheGroup("mamba", mamba_cache_mode
 
 
 def _variant(base: str, name: str, description: str, **config: object) -> Callable[[], Workload]:
+    """`base` with `config` replaced. Fewer draft tokens than the base's plans accept cap each
+    planned acceptance at the new count (the runner accepts no more drafts than there are, so
+    the run is the same), so the variant still writes a file the format reads back."""
     def make() -> Workload:
         workload = load(base)
+        new_config = replace(workload.config, **config)  # type: ignore[arg-type]
+        cap = new_config.num_spec_tokens
+        plans = tuple(
+            replace(plan, spec_acceptance=tuple(min(n, cap) for n in plan.spec_acceptance))
+            if plan.spec_acceptance is not None and cap else plan
+            for plan in workload.plans)
         return replace(workload, name=name, description=f"{workload.description}; {description}",
-                       config=replace(workload.config, **config))  # type: ignore[arg-type]
+                       config=new_config, plans=plans)
     return make
 
 

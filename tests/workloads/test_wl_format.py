@@ -184,3 +184,15 @@ def test_arbitrary_workloads_round_trip(workload: Workload) -> None:
     text = dumps(workload)
     assert loads(text) == workload
     assert dumps(loads(text)) == text
+
+
+def test_every_suite_entry_writes_a_file_the_format_reads_back_unchanged() -> None:
+    """A user exports a suite workload to edit it (`vtwin workloads`): the file must load, and
+    load to the same workload (a variant with fewer draft tokens than its base's plans once
+    wrote acceptances the format refuses)."""
+    from conformance.sched.suite import SUITE
+    from workloads import dumps, loads
+
+    for name, entry in SUITE.items():
+        workload = entry.make()
+        assert loads(dumps(workload), source=name) == workload, name
