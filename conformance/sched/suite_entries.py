@@ -152,6 +152,15 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                         "groups full + mamba (align), MTP 2 modules",
                         kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2,
                         num_lookahead_tokens=2, spec_method="mtp", mtp_modules=2)),
+    SuiteEntry("mtp-chain-mamba-retention0", "hybrid full + mamba ('align') with a chain of "
+               "two MTP modules under sparse retention: under 0.33 the hashes cover the 2 "
+               "tokens past each block, the replay boundary's state is never hashed, and the "
+               "prompt's last hashed state is kept by the prompt-tail rule instead",
+               _variant("hybrid-sliding-window", "mtp-chain-mamba-retention0",
+                        "groups full + mamba (align), MTP 2 modules, sparse retention (0)",
+                        kv_cache_groups=FULL_MAMBA_ALIGN, num_spec_tokens=2,
+                        num_lookahead_tokens=2, spec_method="mtp", mtp_modules=2,
+                        prefix_cache_retention_interval=0)),
     SuiteEntry("mamba-spec-decode", "hybrid full + mamba with speculative decoding (3 "
                "tokens): each request keeps a state block per draft token past its running "
                "state (prefix caching off, so both releases run it)",

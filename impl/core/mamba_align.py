@@ -214,8 +214,11 @@ class MambaAlignManager(MambaManager):
         num_after = self.num_cached_block.get(request_id, 0)
         # With sub-block hits on (hashes finer than the block, or under DCP as fine as it)
         # the prompt's tail is keyed at the hash block, which the retention mask's scheduler-
-        # block boundaries may not cover.
-        if self.hash_block_size < self.block_size or self.partial_hits:
+        # block boundaries may not cover; from 0.33 (no re-mark) whatever the hash block: the
+        # hashes of a chain of MTP modules cover tokens past their block, so a resend's hit
+        # ends a block below the replay boundary sparse retention keeps.
+        if self.hash_block_size < self.block_size or self.partial_hits \
+                or not self.remarks_prompt_boundary:
             cache_prompt_tail_state(self, request, num_tokens, self.remarks_prompt_boundary,
                                     self.producer_tails, self.junction_checkpoints)
         elif self.remarks_prompt_boundary:

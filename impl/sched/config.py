@@ -192,20 +192,11 @@ def check_eagle(config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None
     """EAGLE drafting as far as the twin runs it, refused otherwise with one line: not with
     chunked local attention (upstream refuses it at the first lookup). With a KV connector the
     block drop applies to its hits too (`use_eagle_block_drop`, which a connector keeps on in
-    0.33). Not modelled either: a chain of MTP modules whose hashes cover more than one token
-    past their block (0.33) beside mamba 'align' under sparse retention, where 0.33 keys the
-    prompt's tail state at a boundary the twin does not keep (measured; not studied yet)."""
+    0.33)."""
     if not config.use_eagle:
         return
-    sparse = kv_cache_config.prefix_cache_retention_interval is not None
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
         if isinstance(spec, ChunkedLocalAttentionSpec):
             raise ValueError(f"kv_cache_groups[{index}]: {type(spec).__name__} with an EAGLE "
                              "drafter is not implemented by the twin (spec_method 'ngram')")
-        if (isinstance(spec, MambaSpec) and sparse and config.num_hash_lookahead_tokens > 1):
-            raise ValueError(f"kv_cache_groups[{index}]: mamba under sparse retention with "
-                             f"{config.num_mtp_modules} MTP modules under vLLM "
-                             f"{config.behaviour.release} (hashes covering "
-                             f"{config.num_hash_lookahead_tokens} tokens past their block) is "
-                             "not implemented by the twin")

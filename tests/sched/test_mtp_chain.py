@@ -121,19 +121,36 @@ def test_a_hybrid_model_indexes_past_the_boundary_only_finalized_tokens(
     assert [coordinator.get_num_cacheable_tokens(n, 1) for n in (17, 33, 40)] == expected
 
 
-def test_a_chain_beside_mamba_under_sparse_retention_is_refused_under_0_33() -> None:
+def test_a_chain_beside_mamba_under_sparse_retention_keys_the_last_hashed_state() -> None:
+    """Under 0.33 a chain of three modules hashes 3 tokens past each block. A 33-token prompt:
+    sparse retention keeps the state before the replay boundary (32, block 1), whose hash
+    needs 35 tokens and never exists; a resend hits 16 at most. The chunk stops at 16 and
+    mamba keys the state there whole (its block, as upstream's prompt-tail rule does), though
+    the retention mask leaves block 0 out (0.33 keeps no state of this prompt without it)."""
+    from impl.core.mamba_align import MambaAlignManager
     from impl.core.specs import MambaSpec
 
     kv_config = KVCacheConfig(40, (
         KVCacheGroupSpec(("full",), FullAttentionSpec(16)),
         KVCacheGroupSpec(("ssm",), MambaSpec(16, mamba_cache_mode="align"))),
         prefix_cache_retention_interval=0)
-    with pytest.raises(ValueError, match=r"kv_cache_groups\[1\]: mamba under sparse retention "
-                                         r"with 3 MTP modules under vLLM 0\.33\.0"):
-        Scheduler(_config(release="0.33.0"), kv_config, none_hash=NONE_HASH, log_stats=False)
-    Scheduler(_config(release="0.32.0"), kv_config, none_hash=NONE_HASH, log_stats=False)
-    Scheduler(_config(modules=1, release="0.33.0"), kv_config, none_hash=NONE_HASH,
-              log_stats=False)
+    scheduler = Scheduler(_config(release="0.33.0", budget=64), kv_config,
+                          none_hash=NONE_HASH, log_stats=False)
+    hasher = RequestBlockHasher(16, "sha256", NONE_HASH,
+                                lookahead=scheduler.scheduler_config.num_hash_lookahead_tokens)
+    scheduler.add_request(Request("a", range(33), block_hasher=hasher, max_tokens=4,
+                                  ignore_eos=True))
+    out, _ = step(scheduler)
+    assert out.num_scheduled_tokens == {"a": 16}
+    out, _ = step(scheduler)
+    assert out.num_scheduled_tokens == {"a": 17}
+    ssm = scheduler.kv_cache_manager.coordinator.managers[1]
+    assert isinstance(ssm, MambaAlignManager)
+    blocks = ssm.req_to_blocks["a"]
+    keyed = [i for i, block in enumerate(blocks)
+             if not block.is_null and block.block_hash is not None]
+    assert keyed == [0]
+    scheduler.check_integrity()
 
 
 def test_multi_turn_beside_mamba_with_finer_hashes_runs_under_0_33() -> None:

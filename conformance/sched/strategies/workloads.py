@@ -158,11 +158,8 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
     ) else draw(st.sampled_from((None, None, 0, 0, 2 * block_size, 4 * block_size)),
                 label="retention")
     # Half of EAGLE's draws are the model's own MTP modules instead, a chain of them (which
-    # reads `spec` prompt tokens past each chunk) when there are two or three; not a chain
-    # beside mamba under sparse retention (the twin refuses it under 0.33: `check_eagle`).
-    chain_ok = retention is None or all(g.type != "mamba" for g in groups)
-    mtp_modules = draw(st.sampled_from((0, 1, 2, 3) if chain_ok else (0, 1)),
-                       label="mtp modules") if eagle else 0
+    # reads `spec` prompt tokens past each chunk) when there are two or three.
+    mtp_modules = draw(st.sampled_from((0, 1, 2, 3)), label="mtp modules") if eagle else 0
     # The engine's opt-in mamba state at a shared prefix's junction, where it can take effect
     # (EAGLE beside mamba 'align' with sub-block hits; a chain of MTP modules turns it off).
     junctions = align and eagle and hash_block is not None and draw(
