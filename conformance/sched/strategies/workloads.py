@@ -152,10 +152,11 @@ def engine_configs(draw: Any, sub_block: bool = False, dcp: bool = False,
         st.sampled_from((False, False, True)), label="eagle")
     # Sparse retention (vLLM's default, 0) where it decides something: windows and mamba
     # states keep only the tails a replay or a shared prefix's junction can reach; an
-    # interval (a multiple of the block) also the tails ending each segment of that length.
+    # interval (a multiple of the block) also the tails ending each segment of that length
+    # (one block: every block is a segment's end, so everything is kept).
     retention = None if not any(
         g.type in ("sliding_window", "mamba") and not g.bounded_replay for g in groups
-    ) else draw(st.sampled_from((None, None, 0, 0, 2 * block_size, 4 * block_size)),
+    ) else draw(st.sampled_from((None, None, 0, 0, block_size, 2 * block_size, 4 * block_size)),
                 label="retention")
     # Half of EAGLE's draws are the model's own MTP modules instead, a chain of them (which
     # reads `spec` prompt tokens past each chunk) when there are two or three.
