@@ -34,6 +34,7 @@ from workloads.offload_limits import OffloadLimitsSpec, check_offload_limits
 from workloads.pd import KVTransferSpec, check_kv_transfer
 from workloads.pd_pair import check_pd_pair, pd_pair_of
 from workloads.prompts import TokenSource
+from workloads.repetition import checked_repetition_detection
 from workloads.schema import (
     AbortModel,
     ControlModel,
@@ -189,6 +190,9 @@ def _request(
             offload_limits, config.kv_connector is not None
             and config.kv_connector.part("offloading") is not None,
             streaming=rec.stream_end_step is not None, fail=fail)
+    repetition = None if rec.repetition_detection is None else checked_repetition_detection(
+        rec.repetition_detection.max_pattern_size, rec.repetition_detection.min_pattern_size,
+        rec.repetition_detection.min_count, fail)
     return RequestSpec(
         request_id=rec.request_id,
         arrival_step=arrival,
@@ -213,6 +217,7 @@ def _request(
         kv_cache_report_mode=rec.kv_cache_report_mode,
         kv_transfer=kv_transfer,
         offload_limits=offload_limits,
+        repetition_detection=repetition,
     )
 
 
@@ -222,6 +227,7 @@ def _check_pooling(rec: RequestModel, fail: _Fail) -> None:
         raise fail("max_tokens", f"must be 1 under runner 'pooling' (a pooling request "
                    f"produces no tokens; got {rec.max_tokens})")
     for field, value in (("min_tokens", rec.min_tokens), ("grammar", rec.grammar),
+                         ("repetition_detection", rec.repetition_detection),
                          ("stream_end_step", rec.stream_end_step),
                          ("kv_cache_report_mode", rec.kv_cache_report_mode == "full")):
         if value:

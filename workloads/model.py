@@ -16,6 +16,7 @@ from workloads.grammar import GrammarSpec
 from workloads.multimodal import MultimodalConfig, MultimodalItem
 from workloads.offload_limits import OffloadLimitsSpec
 from workloads.pd import KVTransferSpec, PDPairSpec
+from workloads.repetition import RepetitionDetection
 from workloads.streaming import StreamChunk
 
 SpecMetricsLevel = Literal["none", "summary", "detailed"]
@@ -423,6 +424,7 @@ class RequestSpec:
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
     kv_transfer: KVTransferSpec | None = None  # a P/D request (`workloads.pd`)
     offload_limits: OffloadLimitsSpec | None = None  # `workloads.offload_limits`
+    repetition_detection: RepetitionDetection | None = None  # `workloads.repetition`
 
     @property
     def prompt_len(self) -> int:

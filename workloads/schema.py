@@ -140,6 +140,12 @@ class KVTransferModel(_Strict):
     readback_tokens: PosInt | None = None
 
 
+class RepetitionDetectionModel(_Strict):
+    max_pattern_size: NonNegInt = 0
+    min_pattern_size: NonNegInt = 0
+    min_count: NonNegInt = 0
+
+
 class OffloadLimitsModel(_Strict):
     max_load_tokens: NonNegInt | None = None
     max_offload_tokens: NonNegInt | None = None
@@ -263,6 +269,7 @@ class RequestModel(_Strict):
     kv_cache_report_mode: Literal["incremental", "full"] = "incremental"
     kv_transfer: KVTransferModel | None = None
     offload_limits: OffloadLimitsModel | None = None
+    repetition_detection: RepetitionDetectionModel | None = None
 
 
 class AbortModel(_Strict):

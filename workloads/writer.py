@@ -92,6 +92,8 @@ def request_record(request: RequestSpec) -> dict[str, Any]:
         record["kv_transfer"] = request.kv_transfer.to_dict()
     if request.offload_limits is not None:
         record["offload_limits"] = request.offload_limits.to_dict()
+    if request.repetition_detection is not None:
+        record["repetition_detection"] = request.repetition_detection.to_dict()
     return record
 
 

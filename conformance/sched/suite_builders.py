@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workloads import AbortSpec, EngineConfig, KVCacheGroup, RequestSpec, Workload, load
+from workloads import AbortSpec, EngineConfig, KVCacheGroup, RequestSpec, Workload, load, loads
 from workloads.controls import ControlSpec
 from workloads.generators import generate
 from workloads.model import KVConnectorConfig
 from workloads.multimodal import MultimodalConfig
 from workloads.offload_limits import OffloadLimitsSpec
+from workloads.repetition import RepetitionDetection
+from workloads.writer import dumps
 
 OFFLOAD_CAPS: tuple[OffloadLimitsSpec | None, ...] = (
     OffloadLimitsSpec(max_load_tokens=32), OffloadLimitsSpec(max_offload_tokens=48), None,
@@ -143,3 +145,26 @@ def offloading_partial_tails(groups: tuple[KVCacheGroup, ...]) -> Workload:
                                  max_num_batched_tokens=256, max_model_len=368,
                                  hash_block_size=4, kv_cache_groups=groups,
                                  kv_connector=connector), tuple(requests))
+
+
+REPETITION_SETTINGS: tuple[tuple[RepetitionDetection | None, int], ...] = (
+    (RepetitionDetection(1, 1, 3), 0), (RepetitionDetection(4, 1, 2), 0),
+    (RepetitionDetection(3, 2, 2), 0), (RepetitionDetection(1, 0, 3), 24), (None, 0),
+    (RepetitionDetection(2, 0, 2), 8))
+"""(detection, min_tokens) handed out in turn: one token three times, any pattern up to 4
+twice, patterns of 2 or 3 only, min_tokens holding detection back, none, a pattern size 0."""
+
+
+def repetition_detection() -> Workload:
+    """`decode-heavy` over a 16-token vocabulary, so outputs repeat by chance, with each
+    request's repetition detection from `REPETITION_SETTINGS` in turn (written and read back,
+    so the prompts are the small vocabulary's)."""
+    base = load("decode-heavy")
+    requests = tuple(
+        replace(r, repetition_detection=detection, min_tokens=min(min_tokens, r.max_tokens))
+        for r, (detection, min_tokens) in zip(
+            base.requests, REPETITION_SETTINGS * len(base.requests), strict=False))
+    workload = replace(base, name="repetition-detection", vocab_size=16, requests=requests,
+                       description=f"{base.description}; 16-token vocabulary, repetition "
+                       "detection")
+    return loads(dumps(workload))

@@ -78,6 +78,10 @@ ENTRIES: tuple[SuiteEntry, ...] = (
                _bundled("preemption-storm")),
     SuiteEntry("aborts-mid-prefill-decode", "aborts mid-prefill and mid-decode",
                suite_builders.aborts_mid_prefill_decode),
+    SuiteEntry("repetition-detection", "requests finished when their output ends in a repeated "
+               "pattern (repetition_detection: pattern sizes, counts, min_tokens holding it "
+               "back), over a 16-token vocabulary so outputs repeat by chance",
+               suite_builders.repetition_detection),
     SuiteEntry("spec-decode", "speculative decoding, sync", _bundled("spec-decode")),
     SuiteEntry("spec-decode-async", "speculative decoding under async scheduling",
                _variant("spec-decode", "spec-decode-async", "async scheduling",

@@ -198,6 +198,9 @@ class ImplSystem:
             offload_limits=None if request.offload_limits is None else OffloadLimits(
                 request.offload_limits.max_load_tokens,
                 request.offload_limits.max_offload_tokens),
+            min_tokens=request.min_tokens,
+            repetition_detection=None if (rd := request.repetition_detection) is None
+            else (rd.max_pattern_size, rd.min_pattern_size, rd.min_count),
             grammar=None if spec is None else Grammar(
                 spec.allowed_lo, spec.allowed_hi,
                 (*request.stop_token_ids, *(() if request.eos_token_id is None

@@ -31,6 +31,7 @@ from conformance.sched.strategies.offload import offload_workloads, offloading_w
 from conformance.sched.strategies.pd import pd_workloads
 from conformance.sched.strategies.pd_pair import pd_pair_workloads
 from conformance.sched.strategies.pooling import pooling_workloads
+from conformance.sched.strategies.repetition import repetition_workloads
 from conformance.sched.strategies.streaming import streaming_workloads
 from conformance.sched.strategies.workloads import workloads
 from conformance.sched.suite import write_regression
@@ -227,6 +228,15 @@ def test_generated_pooling_workloads_match_upstream_exactly(pair: Pair,
     target(float(activity.preemptions), label="preemptions")
     target(float(min(activity.prefix_hit_tokens, 512)), label="prefix hits")
     _assert_exact(workload, result)
+
+
+@given(repetition_workloads())
+def test_generated_repetition_workloads_match_upstream_exactly(pair: Pair,
+                                                               workload: Workload) -> None:
+    """Repetition detection over a 16-token vocabulary: requests finish when their output
+    ends in a repeated pattern, once min_tokens are out."""
+    _steered_exact(pair, workload, lambda a: {"preemptions": a.preemptions,
+                                              "prefix hits": min(a.prefix_hit_tokens, 512)})
 
 
 def _steered_exact(pair: Pair, workload: Workload,

@@ -178,14 +178,14 @@ class EngineCoreOutput:
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None  # "stop" | "length" | "abort"
-    stop_reason: int | None
+    stop_reason: int | str | None
     # A finished prefill-side P/D request: what its decode peer needs (`impl.connector.nixl`).
     kv_transfer_params: FinishedTransfer | None
     # A finished request's speculative-decoding metrics (per_request_spec_decode_metrics).
     spec_metrics: RequestSpecMetrics | None
 
     def __init__(self, request_id: str, new_token_ids: list[int],
-                 finish_reason: str | None = None, stop_reason: int | None = None,
+                 finish_reason: str | None = None, stop_reason: int | str | None = None,
                  kv_transfer_params: FinishedTransfer | None = None,
                  spec_metrics: RequestSpecMetrics | None = None) -> None:
         self.request_id = request_id

@@ -31,6 +31,8 @@ class RequestStatus(enum.IntEnum):
     # A KV load failed under load_failure_policy 'fail', or the request's grammar did not
     # compile.
     FINISHED_ERROR = enum.auto()
+    # Its output ended in a repeated pattern (`impl.sched.repetition`).
+    FINISHED_REPETITION = enum.auto()
 
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
@@ -43,6 +45,7 @@ FINISH_REASONS: dict[RequestStatus, str] = {
     RequestStatus.FINISHED_ABORTED: "abort",
     RequestStatus.FINISHED_IGNORED: "length",
     RequestStatus.FINISHED_ERROR: "error",
+    RequestStatus.FINISHED_REPETITION: "repetition",
 }
 
 
@@ -66,6 +69,7 @@ class Request:
         "num_inflight_tokens", "job_id", "is_last_step", "shared_prefix_boundary",
         "last_sched_seq", "mm_features", "resumable", "streaming_queue", "grammar", "pooling",
         "report_reused_blocks", "_hasher", "kv_transfer", "spec_metrics", "offload_limits",
+        "min_tokens", "repetition_detection",
     )
 
     def __init__(
@@ -93,8 +97,14 @@ class Request:
         report_reused_blocks: bool = False,
         kv_transfer: RemoteTransfer | None = None,
         offload_limits: OffloadLimits | None = None,
+        min_tokens: int = 0,
+        repetition_detection: tuple[int, int, int] | None = None,
     ) -> None:
         self.request_id = request_id
+        # Outputs before any stop but EOS, stop ids and the length caps is checked.
+        self.min_tokens = min_tokens
+        # (max pattern size, min pattern size, min count) of `impl.sched.repetition`.
+        self.repetition_detection = repetition_detection
         # Its own caps on the OffloadingConnector's loads and stores (None: none).
         self.offload_limits = offload_limits
         # Its part in a prefill/decode pair (upstream's kv_transfer_params; None: none).
@@ -126,7 +136,7 @@ class Request:
         self.spec_token_ids: list[int] = []
         self.num_output_placeholders = 0
         self.skip_reading_prefix_cache = skip_reading_prefix_cache
-        self.stop_reason: int | None = None
+        self.stop_reason: int | str | None = None  # a stop token, or "repetition_detected"
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 before
         # Bounded replay (`impl.sched.replay`): where the recomputed tail of the last prefix hit
         # starts; the request holds no replayed-group KV below it. 0 when nothing replays.

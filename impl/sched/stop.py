@@ -2,12 +2,14 @@
 
 Order (as upstream 0.32): EOS (unless ignore_eos), then stop token ids (even with ignore_eos),
 then the length caps (max_tokens, max_model_len). A token that is both the EOS and the last
-allowed token therefore stops with reason "stop", not "length". `min_tokens` is not checked
-here: the sampler never produces EOS or stop tokens before min_tokens outputs.
+allowed token therefore stops with reason "stop", not "length". Only then `min_tokens`: the
+sampler never produces EOS or stop tokens before min_tokens outputs, so it gates the last
+check alone, repetition detection (`impl.sched.repetition`, reason "repetition").
 """
 
 from __future__ import annotations
 
+from impl.sched.repetition import ends_in_repetition
 from impl.sched.request import Request, RequestStatus
 
 
@@ -26,5 +28,12 @@ def check_stop(request: Request, max_model_len: int) -> bool:
     if (request.num_tokens >= max_model_len
             or len(output_token_ids) >= request.max_tokens):
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return True
+    detection = request.repetition_detection
+    if detection is None or len(output_token_ids) < request.min_tokens:
+        return False
+    if ends_in_repetition(output_token_ids, *detection):
+        request.status = RequestStatus.FINISHED_REPETITION
+        request.stop_reason = "repetition_detected"
         return True
     return False

@@ -69,6 +69,7 @@ from conformance.systems.upstream.multimodal import (
     mm_features,
 )
 from conformance.systems.upstream.pool_watch import PoolWatch
+from conformance.systems.upstream.sampling import repetition_detection_params
 from vtwin.errors import UserError
 from workloads.controls import ControlSpec
 from workloads.model import EngineConfig, RequestSpec
@@ -224,6 +225,9 @@ class UpstreamSystem:
             params.update_from_generation_config({}, request.eos_token_id)
         if request.grammar is not None:
             params.structured_outputs = structured_outputs()
+        if request.repetition_detection is not None:
+            params.repetition_detection = repetition_detection_params(
+                request.repetition_detection, request.request_id)
         extra: dict[str, Any] = {}
         if request.kv_cache_report_mode != "incremental":  # read by upstream's Request
             extra["kv_cache_report_mode"] = request.kv_cache_report_mode
