@@ -36,16 +36,19 @@ class Activity:
     block_copies: int = 0
     # The OffloadingConnector's loads finished within their step (0.33's sync-load budget).
     sync_loads: int = 0
+    # Requests finished because their output repeated (`repetition_detection`).
+    repetitions: int = 0
 
     @staticmethod
     def of(records: list[StepRecord]) -> Activity:
         preemptions = evictions = padded = hits = resumed = aborted = 0
         loads = stores = external = encoded = encoder_evictions = masked = errors = 0
-        copies = sync = 0
+        copies = sync = repetitions = 0
         for record in records:
             copies += len(record.block_copies)
             masked += len(record.grammar_rows)
             errors += sum(1 for o in record.outputs if o.finish_reason == "error")
+            repetitions += sum(1 for o in record.outputs if o.finish_reason == "repetition")
             encoded += sum(len(inputs) for _, inputs in record.encoder_inputs)
             encoder_evictions += len(record.freed_encoder_ids)
             transfers = record.transfers
@@ -63,7 +66,8 @@ class Activity:
             if record.prefix_cache is not None:
                 hits += record.prefix_cache.hits
         return Activity(preemptions, evictions, padded, hits, resumed, aborted, loads, stores,
-                        external, encoded, encoder_evictions, masked, errors, copies, sync)
+                        external, encoded, encoder_evictions, masked, errors, copies, sync,
+                        repetitions)
 
     def to_json(self) -> dict[str, int]:
         return {"preemptions": self.preemptions, "evictions": self.evictions,
@@ -79,4 +83,5 @@ class Activity:
                 **({"masked_rows": self.masked_rows} if self.masked_rows else {}),
                 **({"errors": self.errors} if self.errors else {}),
                 **({"block_copies": self.block_copies} if self.block_copies else {}),
-                **({"sync_loads": self.sync_loads} if self.sync_loads else {})}
+                **({"sync_loads": self.sync_loads} if self.sync_loads else {}),
+                **({"repetitions": self.repetitions} if self.repetitions else {})}

@@ -233,10 +233,10 @@ def test_generated_pooling_workloads_match_upstream_exactly(pair: Pair,
 @given(repetition_workloads())
 def test_generated_repetition_workloads_match_upstream_exactly(pair: Pair,
                                                                workload: Workload) -> None:
-    """Repetition detection over a 16-token vocabulary: requests finish when their output
+    """Repetition detection over an 8-token vocabulary: requests finish when their output
     ends in a repeated pattern, once min_tokens are out."""
-    _steered_exact(pair, workload, lambda a: {"preemptions": a.preemptions,
-                                              "prefix hits": min(a.prefix_hit_tokens, 512)})
+    _steered_exact(pair, workload, lambda a: {"repetitions": a.repetitions,
+                                              "preemptions": a.preemptions})
 
 
 def _steered_exact(pair: Pair, workload: Workload,

@@ -1,7 +1,7 @@
 """Hypothesis strategy for repetition detection (`workloads.repetition`).
 
-A drawn workload from `strategies.workloads` over a 16-token vocabulary (prompt tokens taken
-modulo 16, the stop token dropped: it lies past the vocabulary), so sampled outputs repeat by
+A drawn workload from `strategies.workloads` over an 8-token vocabulary (prompt tokens taken
+modulo 8, the stop token dropped: it lies past the vocabulary), so sampled outputs repeat by
 chance; each request gets drawn detection parameters (or none) and `min_tokens` that may hold
 detection back.
 
@@ -19,7 +19,7 @@ from conformance.sched.strategies.workloads import workloads
 from workloads.model import RequestSpec, Workload
 from workloads.repetition import RepetitionDetection
 
-VOCAB = 16
+VOCAB = 8
 
 
 @st.composite
