@@ -242,6 +242,19 @@ def test_keyed_states_are_offered_by_block_with_their_boundary_until_the_request
     assert manager.take_boundary_states() == [BoundaryState("b", 1, 8, 4)]
 
 
+def test_a_state_is_offered_once_though_it_stays_in_the_table() -> None:
+    """The state at 8 (block 3) is still in a's table when the next chunk's cache call keys
+    the state at 16: only the new state is offered then, not block 3 again."""
+    manager = align_manager()
+    mamba(manager).offers_boundary_states = True
+    a = make_request("a", range(20))
+    admit(manager, a, 8)
+    assert manager.take_boundary_states() == [BoundaryState("a", 1, 3, 8)]
+    assert run_chunk(manager, a, 8) == [[4, 5], [0, 6]]
+    assert manager.get_block_ids("a")[1] == [0, 3, 0, 6]  # block 3 is still there
+    assert manager.take_boundary_states() == [BoundaryState("a", 1, 6, 16)]
+
+
 def test_no_offers_are_kept_without_a_connector() -> None:
     manager = align_manager()
     a = make_request("a", range(20))

@@ -42,6 +42,7 @@ def test_a_junction_past_the_prompt_falls_back_to_the_block_below() -> None:
     prompt, stops there."""
     assert EXACT.clip(at(70, 64, 84, outputs=40), 40) == 16
     assert EXACT.clip(at(70, 64, 68, outputs=40), 40) == 4
+    assert EXACT.clip(at(68, 64, 68, outputs=40), 40) == 4  # at the prompt's end: still in
     assert FLOORED.clip(at(70, 64, 68, outputs=40), 40) == 32  # 64 -> 96, the next stop
 
 

@@ -184,3 +184,13 @@ def test_a_sync_load_beside_mamba_overdraws_a_tight_pool_as_0_33_does() -> None:
     with pytest.raises(ReleaseCheckFailed, match=r"'sync-load-blocks-undercounted'.*c's sync "
                                                  r"load of 12 tokens, 1 more scheduled"):
         scheduler.schedule()
+
+
+def test_reservations_add_up_over_the_step() -> None:
+    """A budget for 20 tokens: 8, then 8 more fit (16 spent), a third 8 does not (24)."""
+    loads = SyncLoads(budget_bytes=200, bytes_per_token=10)
+    assert loads.reserve("a", 0, 8, num_tokens=20)
+    assert loads.reserve("b", 0, 8, num_tokens=20)
+    assert loads.num_bytes == 160
+    assert not loads.reserve("c", 0, 8, num_tokens=20)
+    assert loads.requests == {"a", "b"}
