@@ -16,7 +16,7 @@ def test_finished_statuses_are_exactly_those_after_preempted() -> None:
     finished = {s for s in RequestStatus if RequestStatus.is_finished(s)}
     assert finished == {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
                         RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
-                        RequestStatus.FINISHED_ERROR}
+                        RequestStatus.FINISHED_ERROR, RequestStatus.FINISHED_REPETITION}
     request = Request("r", [1])
     for status in RequestStatus:
         request.status = status
