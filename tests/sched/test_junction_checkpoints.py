@@ -14,17 +14,15 @@ from impl.sched.request import Request
 from impl.sched.scheduler import Scheduler
 from tests.core.test_partial_hits import drain, mamba, request, step, sub_block_manager
 from tests.sched.helpers import NONE_HASH
+from tests.sched.test_mamba_split import request as split_request
 
 EXACT = MambaAlignedSplit(block_size=16, max_chunk_tokens=64, exact_junction=True)
 FLOORED = MambaAlignedSplit(block_size=16, max_chunk_tokens=64)
 
 
 def at(num_prompt: int, computed: int, junction: int, outputs: int = 0) -> Request:
-    r = Request("r", range(num_prompt))
-    r.append_output_token_ids(list(range(outputs)))
-    r.num_computed_tokens = computed
-    r.shared_prefix_boundary = junction
-    return r
+    """The split tests' request (`tests.sched.test_mamba_split.request`), junction first."""
+    return split_request(num_prompt, computed, outputs, junction)
 
 
 def test_the_chunk_stops_at_the_junction_itself_not_the_block_below() -> None:
